@@ -1,0 +1,43 @@
+"""deadletter: a persistent dead-letter queue on the Django ORM.
+
+The public API is re-exported here lazily, so importing the package (as
+Django does while loading INSTALLED_APPS) imports no models.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from deadletter.exceptions import DeadletterError, PermanentFailure
+
+__all__ = [
+    "MAX_QUEUE_AGE",
+    "DeadletterError",
+    "EventCode",
+    "GoTime",
+    "Message",
+    "PermanentFailure",
+    "Queued",
+    "QueueingError",
+    "adequeue",
+    "afetch_failed_msgs",
+    "astore_failed_msgs",
+    "dequeue",
+    "fetch_failed_msgs",
+    "iter_failed_msgs",
+    "store_failed_msgs",
+]
+
+_LAZY = {
+    "EventCode": "deadletter.messages",
+    "Message": "deadletter.messages",
+    "GoTime": "deadletter.gotime",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        module = importlib.import_module(_LAZY.get(name, "deadletter.queue"))
+        return getattr(module, name)
+    raise AttributeError(f"module 'deadletter' has no attribute {name!r}")

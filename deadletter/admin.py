@@ -1,0 +1,153 @@
+"""The Django admin over the queue: read-only rows, decoded in place.
+
+Rows are listed in key order (a queue, oldest first) straight off the
+primary-key index; the key travels in URLs as hex (`keys.to_text`).
+Deleting goes through `queue.dequeue`, so signals and logs match the drain.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.contrib.admin.utils import quote
+from django.contrib.admin.views.main import ChangeList
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.urls import reverse
+from django.utils.html import format_html
+
+from deadletter import codec, keys, queue
+from deadletter.messages import Message
+from deadletter.models import QueuedMessage
+
+
+class KeyChangeList(ChangeList):
+    def url_for_result(self, result: QueuedMessage) -> str:
+        return reverse(
+            f"admin:{self.opts.app_label}_{self.opts.model_name}_change",
+            args=(quote(keys.to_text(result.key_bytes)),),
+            current_app=self.model_admin.admin_site.name,
+        )
+
+
+def _messages(obj: QueuedMessage) -> list[Message] | None:
+    cache = getattr(obj, "_decoded", False)
+    if cache is False:
+        try:
+            cache = codec.decode(bytes(obj.value))
+        except codec.CodecError:
+            cache = None
+        obj._decoded = cache  # type: ignore[attr-defined]
+    return cache
+
+
+def _first(obj: QueuedMessage) -> Message | None:
+    msgs = _messages(obj)
+    return msgs[0] if msgs else None
+
+
+@admin.register(QueuedMessage)
+class QueuedMessageAdmin(admin.ModelAdmin):
+    list_display = ["key_short", "queue_name", "subject", "username", "code", "queued_at", "note"]
+    ordering = ["key"]
+    list_per_page = 50
+    show_full_result_count = False
+    search_fields: list[str] = []
+    fields = ["key_text", "queue_name", "enqueued", "decoded"]
+    readonly_fields = fields
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return KeyChangeList
+
+    def get_object(
+        self, request: HttpRequest, object_id: str, from_field: str | None = None
+    ) -> QueuedMessage | None:
+        try:
+            key = keys.from_text(object_id)
+        except ValueError:
+            return None
+        return self.get_queryset(request).filter(key=key).first()
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def delete_model(self, request: HttpRequest, obj: QueuedMessage) -> None:
+        queue.dequeue(obj.key_bytes)
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[QueuedMessage]) -> None:
+        for key in queryset.values_list("key", flat=True).iterator(chunk_size=1000):
+            queue.dequeue(bytes(key))
+
+    @admin.display(description="key")
+    def key_short(self, obj: QueuedMessage) -> str:
+        text = keys.to_text(obj.key_bytes)
+        return text if len(text) <= 24 else f"…{text[-16:]}"
+
+    @admin.display(description="key")
+    def key_text(self, obj: QueuedMessage) -> str:
+        return keys.to_text(obj.key_bytes)
+
+    @admin.display(description="queue")
+    def queue_name(self, obj: QueuedMessage) -> str:
+        return obj.queue
+
+    @admin.display(description="enqueued")
+    def enqueued(self, obj: QueuedMessage) -> Any:
+        return obj.enqueued_at or "legacy aggregate row"
+
+    @admin.display(description="subject")
+    def subject(self, obj: QueuedMessage) -> str:
+        msg = _first(obj)
+        return msg.subject if msg else ""
+
+    @admin.display(description="username")
+    def username(self, obj: QueuedMessage) -> str:
+        msg = _first(obj)
+        return msg.username if msg else ""
+
+    @admin.display(description="code")
+    def code(self, obj: QueuedMessage) -> str:
+        msg = _first(obj)
+        return getattr(msg.code, "name", str(msg.code)) if msg else ""
+
+    @admin.display(description="first failure")
+    def queued_at(self, obj: QueuedMessage) -> str:
+        msg = _first(obj)
+        return str(msg.queued_at) if msg and msg.queued_at else ""
+
+    @admin.display(description="note")
+    def note(self, obj: QueuedMessage) -> str:
+        msgs = _messages(obj)
+        if msgs is None:
+            return format_html("<strong>{}</strong>", "corrupt: dropped at next fetch")
+        if obj.is_legacy or len(msgs) != 1:
+            return f"{len(msgs)} messages: split at next fetch"
+        return str(msgs[0].extra.get("LastError", ""))
+
+    @admin.display(description="messages")
+    def decoded(self, obj: QueuedMessage) -> str:
+        msgs = _messages(obj)
+        if msgs is None:
+            return "corrupt row: it does not decode"
+        return format_html(
+            "<pre>{}</pre>", "\n\n".join(_describe(m) for m in msgs) or "(empty)"
+        )
+
+
+def _describe(msg: Message) -> str:
+    lines = [
+        f"subject: {msg.subject}",
+        f"username: {msg.username}",
+        f"code: {getattr(msg.code, 'name', msg.code)}",
+        f"timestamp: {msg.timestamp}",
+        f"queued_at: {msg.queued_at}",
+        f"descriptions: {msg.descriptions}",
+        f"fields: {msg.fields}",
+        f"skip_recipients: {msg.skip_recipients}",
+    ]
+    lines += [f"{name}: {value!r}" for name, value in msg.extra.items()]
+    return "\n".join(lines)

@@ -1,0 +1,74 @@
+"""The message a failed delivery parks: a mirror of the Go program's `msgtypes.Message`."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from datetime import datetime
+from typing import Any
+
+from deadletter.gotime import GoTime
+
+__all__ = ["EventCode", "Message"]
+
+
+class EventCode(enum.IntEnum):
+    GRADE = 0
+    EXAM = 1
+    READING = 2
+    FINAL_GRADE = 3
+    NATIONAL_EXAM = 4
+
+
+def _as_gotime(value: GoTime | datetime | None) -> GoTime | None:
+    if value is None or isinstance(value, GoTime):
+        return value
+    if isinstance(value, datetime):
+        return GoTime.from_datetime(value)
+    raise TypeError(f"expected GoTime, datetime or None, got {type(value).__name__}")
+
+
+@dataclasses.dataclass(eq=True)
+class Message:
+    """One failed message.
+
+    Times are `GoTime` so nanoseconds and the writer's UTC offset survive a
+    round trip (a `datetime` given here is converted). `None` stands for Go's
+    zero time and for a nil list; an empty list stays an empty list, because
+    Go tells them apart on the wire. `extra` holds map keys this app does not
+    know, in their original order, so they are written back unchanged.
+    """
+
+    timestamp: GoTime | None = None
+    queued_at: GoTime | None = None
+    username: str = ""
+    subject: str = ""
+    descriptions: list[str] | None = None
+    fields: list[str] | None = None
+    skip_recipients: list[str] | None = None
+    code: int = EventCode.GRADE
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.timestamp = _as_gotime(self.timestamp)
+        self.queued_at = _as_gotime(self.queued_at)
+        if isinstance(self.code, int) and not isinstance(self.code, EventCode):
+            try:
+                self.code = EventCode(self.code)
+            except ValueError:
+                pass  # Go's EventCode is a plain int: unknown codes ride along.
+
+    def replace(self, **changes: Any) -> Message:
+        """A copy with `changes` applied; lists and `extra` are copied, never shared."""
+        copy = dataclasses.replace(
+            self,
+            descriptions=_copy_list(self.descriptions),
+            fields=_copy_list(self.fields),
+            skip_recipients=_copy_list(self.skip_recipients),
+            extra=dict(self.extra),
+        )
+        return dataclasses.replace(copy, **changes) if changes else copy
+
+
+def _copy_list(value: list[str] | None) -> list[str] | None:
+    return None if value is None else list(value)

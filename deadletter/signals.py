@@ -1,0 +1,11 @@
+"""Signals sent by the queue; receivers must not raise (a raising receiver is logged)."""
+
+from django.dispatch import Signal
+
+# Sent after a message row was written: sender=queue name, key=bytes, msg=Message.
+message_enqueued = Signal()
+# Sent after a row was deleted because its message was handled: sender=queue name, key=bytes.
+message_dequeued = Signal()
+# Sent when a message is thrown away: sender=queue name, key=bytes, msg=Message | None,
+# reason="expired" | "corrupt" | "permanent" | "max_attempts".
+message_dropped = Signal()

@@ -1,0 +1,102 @@
+"""Settings of the demo project; also the settings the test suite runs under.
+
+`DATABASE_URL` picks the database (SQLite file beside manage.py when unset);
+everything else is fixed so a fresh clone serves without configuration.
+"""
+
+import os
+from pathlib import Path
+
+import dj_database_url
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "deadletter-demo-not-secret")  # noqa: S105
+DEBUG = os.environ.get("DJANGO_DEBUG", "1") == "1"
+ALLOWED_HOSTS = ["127.0.0.1", "localhost", "testserver"]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "deadletter",
+    "project.demo",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "project.urls"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+WSGI_APPLICATION = "project.wsgi.application"
+
+SQLITE_PATH = Path(os.environ.get("DEADLETTER_SQLITE_PATH", BASE_DIR / "db.sqlite3"))
+
+DATABASES = {
+    "default": dj_database_url.config(default=f"sqlite:///{SQLITE_PATH}"),
+}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    DATABASES["default"]["OPTIONS"] = {
+        # WAL lets readers run beside the one writer; the busy timeout makes a
+        # second writer wait instead of failing with "database is locked".
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        "timeout": 30,
+        "transaction_mode": "IMMEDIATE",
+    }
+    # A file, not :memory:, so that subprocess tests share the test database.
+    DATABASES["default"]["TEST"] = {
+        "NAME": os.environ.get("DEADLETTER_TEST_SQLITE_PATH", str(BASE_DIR / "test-db.sqlite3")),
+    }
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "loggers": {"deadletter": {"handlers": ["console"], "level": "INFO"}},
+}
+
+REST_FRAMEWORK = {
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAdminUser"],
+}
+
+DEADLETTER_HANDLERS = {
+    "webhook-queue": "project.demo.handlers.post_to_local_endpoint",
+    "telegram-queue": "project.demo.handlers.log_only",
+    "discord-queue": "project.demo.handlers.log_only",
+}

@@ -1,0 +1,68 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURES = REPO.parent / "shared" / "fixtures" / "go-cbor"
+
+
+@pytest.fixture(scope="session")
+def manifest() -> dict[str, Any]:
+    return json.loads((FIXTURES / "manifest.json").read_text())
+
+
+@pytest.fixture(scope="session")
+def fixtures_dir() -> Path:
+    return FIXTURES
+
+
+def database_url(alias: str = "default") -> str:
+    """A DATABASE_URL naming the database `alias` points at now (the test database in a test)."""
+    from django.db import connections
+
+    s = connections[alias].settings_dict
+    if s["ENGINE"].endswith("sqlite3"):
+        return f"sqlite:///{s['NAME']}"
+    host = s.get("HOST") or "127.0.0.1"
+    port = s.get("PORT") or 5432
+    auth = s.get("USER") or "postgres"
+    if s.get("PASSWORD"):
+        auth += f":{s['PASSWORD']}"
+    return f"postgres://{auth}@{host}:{port}/{s['NAME']}"
+
+
+@pytest.fixture
+def subprocess_env(transactional_db: None) -> dict[str, str]:
+    """Environment for a child process that must see this test's database."""
+    import os
+
+    env = dict(os.environ)
+    env["DATABASE_URL"] = database_url()
+    env["DJANGO_SETTINGS_MODULE"] = "project.settings"
+    env["PYTHONPATH"] = str(REPO)
+    return env
+
+
+@pytest.fixture
+def unreachable_db(settings: Any) -> Any:
+    """Point the queue at a database that cannot be reached."""
+    from django.db import connections
+
+    alias = "unreachable"
+    config = dict(connections.settings["default"])
+    if config["ENGINE"].endswith("sqlite3"):
+        config["NAME"] = "/nonexistent-dir/deadletter/db.sqlite3"
+        config["OPTIONS"] = {"timeout": 0.1}
+    else:
+        config["PORT"] = "1"
+        config["OPTIONS"] = {"connect_timeout": 1}
+    connections.settings[alias] = config
+    settings.DEADLETTER_DATABASE = alias
+    yield alias
+    connections[alias].close()
+    del connections[alias]
+    del connections.settings[alias]

@@ -1,0 +1,312 @@
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import UTC, datetime, timedelta
+
+import pytest
+import time_machine
+
+from deadletter import codec, keys
+from deadletter.gotime import GoTime
+from deadletter.messages import Message
+from deadletter.models import QueuedMessage
+from deadletter.queue import (
+    MAX_QUEUE_AGE,
+    Queued,
+    QueueingError,
+    adequeue,
+    afetch_failed_msgs,
+    astore_failed_msgs,
+    dequeue,
+    fetch_failed_msgs,
+    iter_failed_msgs,
+    store_failed_msgs,
+)
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def clock():
+    with time_machine.travel(NOW, tick=True) as traveller:
+        yield traveller
+
+
+def msg(subject: str, queued_at: datetime | None = None, **kw) -> Message:
+    return Message(subject=subject, queued_at=queued_at or NOW - timedelta(hours=1), **kw)
+
+
+def subjects(queued: list[Queued]) -> list[str]:
+    return [q.msg.subject for q in queued]
+
+
+def put_row(key: bytes, messages: list[Message]) -> None:
+    QueuedMessage.objects.create(key=key, value=codec.encode(messages))
+
+
+def row_keys(queue: str = "q") -> list[bytes]:
+    low, high = keys.queue_bounds(queue)
+    return sorted(
+        bytes(k)
+        for k in QueuedMessage.objects.filter(key__gte=low, key__lt=high).values_list(
+            "key", flat=True
+        )
+    )
+
+
+def test_max_queue_age_is_30_days() -> None:
+    assert timedelta(days=30) == MAX_QUEUE_AGE
+
+
+def test_queueing_error_says_problem_with_persistent_queue() -> None:
+    assert str(QueueingError()) == "problem with persistent queue"
+
+
+def test_fetch_returns_messages_oldest_first(clock) -> None:
+    for name in ("one", "two", "three"):
+        store_failed_msgs("q", msg(name))
+    assert subjects(fetch_failed_msgs("q")) == ["one", "two", "three"]
+
+
+def test_fetch_does_not_drain(clock) -> None:
+    store_failed_msgs("q", msg("one"))
+    fetch_failed_msgs("q")
+    assert subjects(fetch_failed_msgs("q")) == ["one"]
+
+
+def test_store_returns_the_key_of_the_new_row(clock) -> None:
+    key = store_failed_msgs("q", msg("one"))
+    assert [q.key for q in fetch_failed_msgs("q")] == [key]
+
+
+def test_store_stamps_queued_at_only_if_unset(clock) -> None:
+    first_failure = NOW - timedelta(days=3)
+    store_failed_msgs("q", Message(subject="old", queued_at=first_failure))
+    store_failed_msgs("q", Message(subject="new"))
+    old, new = fetch_failed_msgs("q")
+    assert old.msg.queued_at == GoTime.from_datetime(first_failure)
+    assert new.msg.queued_at is not None
+    assert abs(new.msg.queued_at.unix_ns - NOW.timestamp() * 1e9) < 5e9
+
+
+def test_store_leaves_the_callers_message_alone(clock) -> None:
+    original = Message(subject="x")
+    store_failed_msgs("q", original)
+    assert original.queued_at is None
+
+
+def test_store_rejects_an_invalid_queue_name() -> None:
+    with pytest.raises(ValueError, match="empty"):
+        store_failed_msgs("", Message(subject="x"))
+
+
+def test_dequeue_removes_exactly_the_processed_rows(clock) -> None:
+    for name in ("a", "b", "c", "d"):
+        store_failed_msgs("q", msg(name))
+    fetched = fetch_failed_msgs("q")
+    dequeue(fetched[0].key)
+    dequeue(fetched[2].key)
+    assert subjects(fetch_failed_msgs("q")) == ["b", "d"]
+
+
+def test_dequeue_of_a_missing_row_is_quiet(clock) -> None:
+    dequeue(keys.new_key("q"))
+
+
+def test_queues_never_see_each_others_rows(clock) -> None:
+    store_failed_msgs("queue", msg("mine"))
+    store_failed_msgs("queue-two", msg("theirs"))
+    put_row(b"queue-two", [msg("their legacy")])
+    assert subjects(fetch_failed_msgs("queue")) == ["mine"]
+    assert subjects(fetch_failed_msgs("queue-two")) == ["their legacy", "theirs"]
+
+
+def test_expired_message_is_dropped_and_its_row_gone_for_good(clock) -> None:
+    store_failed_msgs("q", msg("stale", queued_at=NOW - timedelta(days=31)))
+    store_failed_msgs("q", msg("fresh"))
+    assert subjects(fetch_failed_msgs("q")) == ["fresh"]
+    assert len(row_keys()) == 1
+
+
+def test_max_age_setting_overrides_the_default(clock, settings) -> None:
+    settings.DEADLETTER_MAX_QUEUE_AGE = timedelta(hours=1)
+    store_failed_msgs("q", msg("two hours", queued_at=NOW - timedelta(hours=2)))
+    assert fetch_failed_msgs("q") == []
+
+
+def test_expired_sibling_in_a_multi_message_row_spares_the_live_one(clock) -> None:
+    put_row(
+        keys.new_key("q"),
+        [msg("stale", queued_at=NOW - timedelta(days=40)), msg("live")],
+    )
+    assert subjects(fetch_failed_msgs("q")) == ["live"]
+    assert len(row_keys()) == 1
+
+
+def test_multi_message_row_is_split_in_place_with_unique_keys(clock) -> None:
+    store_failed_msgs("q", msg("before"))
+    put_row(keys.new_key("q"), [msg("first"), msg("second"), msg("third")])
+    store_failed_msgs("q", msg("after"))
+    fetched = fetch_failed_msgs("q")
+    assert subjects(fetched) == ["before", "first", "second", "third", "after"]
+    assert [q.key for q in fetched] == row_keys()
+
+
+def test_dequeuing_the_first_of_a_split_row_leaves_the_second(clock) -> None:
+    put_row(keys.new_key("q"), [msg("first"), msg("second")])
+    first = fetch_failed_msgs("q")[0]
+    dequeue(first.key)
+    assert subjects(fetch_failed_msgs("q")) == ["second"]
+
+
+def test_zero_queued_at_is_stamped_and_persisted_under_the_same_key(clock) -> None:
+    key = keys.new_key("q")
+    put_row(key, [Message(subject="never stamped")])
+    (first,) = fetch_failed_msgs("q")
+    clock.shift(timedelta(minutes=5))
+    (second,) = fetch_failed_msgs("q")
+    assert first.key == second.key == key
+    assert first.msg.queued_at is not None
+    assert second.msg.queued_at == first.msg.queued_at
+
+
+def test_rewritten_row_keeps_every_other_field_and_unknown_key(clock) -> None:
+    original = Message(
+        timestamp=GoTime.parse("2026-11-27T10:00:00.123456789+01:00"),
+        username="ucenik@skole.hr",
+        subject="keep me",
+        descriptions=["Datum"],
+        fields=[],
+        skip_recipients=None,
+        code=4,
+        extra={"Attempts": 2, "LastError": "boom"},
+    )
+    put_row(keys.new_key("q"), [original])
+    (got,) = fetch_failed_msgs("q")
+    assert got.msg.replace(queued_at=None) == original
+    assert got.msg.timestamp is not None
+    assert got.msg.timestamp.format() == "2026-11-27T10:00:00.123456789+01:00"
+
+
+def test_legacy_row_is_split_in_order_ahead_of_existing_rows(clock) -> None:
+    store_failed_msgs("q", msg("newer per-message row"))
+    put_row(b"q", [msg("legacy 1"), msg("legacy 2"), Message(subject="legacy 3")])
+    fetched = fetch_failed_msgs("q")
+    assert subjects(fetched) == ["legacy 1", "legacy 2", "legacy 3", "newer per-message row"]
+    assert b"q" not in row_keys()
+    assert [q.key for q in fetched] == row_keys()
+
+
+def test_refetch_after_a_legacy_split_duplicates_nothing(clock) -> None:
+    put_row(b"q", [msg("a"), msg("b")])
+    first = fetch_failed_msgs("q")
+    assert fetch_failed_msgs("q") == first
+
+
+def test_corrupt_row_is_dropped_without_raising(clock, caplog) -> None:
+    QueuedMessage.objects.create(key=keys.new_key("q"), value=b"corrupted cbor data")
+    store_failed_msgs("q", msg("fine"))
+    with caplog.at_level(logging.ERROR, logger="deadletter"):
+        assert subjects(fetch_failed_msgs("q")) == ["fine"]
+    assert "corrupt" in caplog.text
+    assert len(row_keys()) == 1
+
+
+def test_corrupt_legacy_row_is_dropped_without_raising(clock) -> None:
+    QueuedMessage.objects.create(key=b"q", value=b"\x83\xa1")
+    store_failed_msgs("q", msg("fine"))
+    assert subjects(fetch_failed_msgs("q")) == ["fine"]
+    assert b"q" not in row_keys()
+
+
+def test_empty_row_is_deleted(clock) -> None:
+    QueuedMessage.objects.create(key=keys.new_key("q"), value=b"")
+    assert fetch_failed_msgs("q") == []
+    assert row_keys() == []
+
+
+def test_iter_reads_in_pages_the_same_as_fetch(clock) -> None:
+    for i in range(25):
+        store_failed_msgs("q", msg(f"m{i:02}"))
+    put_row(b"q", [msg("legacy")])
+    assert list(iter_failed_msgs("q", batch_size=4)) == fetch_failed_msgs("q")
+    assert len(fetch_failed_msgs("q")) == 26
+
+
+def test_iter_rejects_a_batch_size_below_one() -> None:
+    with pytest.raises(ValueError, match="batch_size"):
+        list(iter_failed_msgs("q", batch_size=0))
+
+
+def test_fetch_with_the_database_unreachable_logs_and_returns_nothing(
+    unreachable_db, caplog
+) -> None:
+    with caplog.at_level(logging.ERROR, logger="deadletter"):
+        assert fetch_failed_msgs("q") == []
+    assert "fetch failed" in caplog.text
+
+
+def test_store_with_the_database_unreachable_raises_queueing_error(unreachable_db) -> None:
+    with pytest.raises(QueueingError):
+        store_failed_msgs("q", Message(subject="x"))
+
+
+def test_go_fixture_database_rows_fetch_as_the_manifest_says(manifest) -> None:
+    for row in manifest["rows"]:
+        QueuedMessage.objects.create(
+            key=bytes.fromhex(row["key_hex"]), value=bytes.fromhex(row["value_hex"])
+        )
+    with time_machine.travel(manifest["generated_at"], tick=False):
+        for expect in manifest["expect"]:
+            fetched = fetch_failed_msgs(expect["queue"])
+            wanted = expect["first_fetch"]["messages"]
+            assert subjects(fetched) == [m["subject"] for m in wanted]
+            for got, want in zip(fetched, wanted, strict=True):
+                if want["queued_at"] == "STAMPED":
+                    assert got.msg.queued_at == GoTime.parse(manifest["generated_at"])
+                else:
+                    assert got.msg.queued_at.format() == want["queued_at"]
+            again = fetch_failed_msgs(expect["queue"])
+            assert subjects(again) == expect["after_first_fetch"]["second_fetch_subjects"]
+            assert len(again) == expect["after_first_fetch"]["message_row_count"]
+
+
+def test_go_fixture_rows_left_alone_stay_byte_identical(manifest) -> None:
+    rows = [r for r in manifest["rows"] if r["kind"] == "message_row"]
+    for row in rows:
+        QueuedMessage.objects.create(
+            key=bytes.fromhex(row["key_hex"]), value=bytes.fromhex(row["value_hex"])
+        )
+    with time_machine.travel(manifest["generated_at"], tick=False):
+        fetch_failed_msgs("telegram-queue")
+    for row in rows:
+        stored = QueuedMessage.objects.get(key=bytes.fromhex(row["key_hex"]))
+        assert bytes(stored.value).hex() == row["value_hex"]
+
+
+def test_async_twins_store_fetch_and_dequeue(clock) -> None:
+    async def scenario() -> list[str]:
+        await astore_failed_msgs("q", msg("one"))
+        await astore_failed_msgs("q", msg("two"))
+        fetched = await afetch_failed_msgs("q")
+        await adequeue(fetched[0].key)
+        return subjects(await afetch_failed_msgs("q"))
+
+    assert asyncio.run(scenario()) == ["two"]
+
+
+def test_adequeue_finishes_its_delete_when_the_awaiting_task_is_cancelled(clock) -> None:
+    key = store_failed_msgs("q", msg("one"))
+
+    async def scenario() -> None:
+        task = asyncio.ensure_future(adequeue(key))
+        await asyncio.sleep(0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(scenario())
+    assert row_keys() == []
