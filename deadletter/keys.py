@@ -36,6 +36,7 @@ SEPARATOR = b"\x00"
 MAX_QUEUE_NAME_BYTES = 255
 _U64 = 1 << 64
 _SUFFIX_LEN = 16
+_SEQ_STRIDE = 1 << 16
 
 
 class ParsedKey(NamedTuple):
@@ -129,8 +130,10 @@ class KeyGenerator:
 
     The time is the wall clock, held at its last value if the clock steps
     back; the seq is a per-process counter from a random start, so two
-    processes issuing a key in the same nanosecond still differ. A collision
-    is possible only in theory and the caller retries with a fresh key.
+    processes issuing a key in the same nanosecond still differ. The counter
+    steps by 2**16, leaving room after every key for the rows a multi-message
+    row is split into. A collision is possible only in theory and the caller
+    retries with a fresh key.
     """
 
     def __init__(self) -> None:
@@ -148,7 +151,7 @@ class KeyGenerator:
                 self._reset()
             now = time.time_ns() if now_ns is None else now_ns
             self._last_ns = max(self._last_ns, now)
-            self._seq = (self._seq + 1) % _U64
+            self._seq = (self._seq + _SEQ_STRIDE) % _U64
             return make_key(queue, self._last_ns, self._seq)
 
 

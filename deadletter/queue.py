@@ -11,7 +11,9 @@ a message.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
+import functools
 import logging
 import time
 from collections.abc import Iterator
@@ -19,7 +21,13 @@ from datetime import timedelta
 from typing import Any
 
 from asgiref.sync import sync_to_async
-from django.db import DatabaseError, IntegrityError, connections, transaction
+from django.db import (
+    DatabaseError,
+    IntegrityError,
+    NotSupportedError,
+    connections,
+    transaction,
+)
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from deadletter import codec, keys, signals
@@ -82,14 +90,29 @@ def _quoted(connection: BaseDatabaseWrapper, table: str) -> str:
 
 def _write(connection: BaseDatabaseWrapper, sql: str, params: Any) -> int:
     """Run one write, in a savepoint when the caller holds a transaction so a
-    failed statement does not poison it; its own autocommit otherwise."""
+    failed statement does not poison it; in its own autocommit otherwise.
+
+    The autocommit path goes straight to the driver's connection (errors
+    still mapped to Django's): Django's cursor wrapper and placeholder
+    rewriting cost as much as the INSERT itself on SQLite.
+    """
     if connection.in_atomic_block:
         with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
             cursor.execute(sql, params)
             return cursor.rowcount
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return cursor.rowcount
+    connection.ensure_connection()
+    with connection.wrap_database_errors:
+        cursor = connection.connection.cursor()
+        try:
+            cursor.execute(_driver_sql(connection.vendor, sql), params)
+            return cursor.rowcount
+        finally:
+            cursor.close()
+
+
+@functools.lru_cache(maxsize=64)
+def _driver_sql(vendor: str, sql: str) -> str:
+    return sql.replace("%s", "?") if vendor == "sqlite" else sql
 
 
 # --- store -----------------------------------------------------------------
@@ -390,7 +413,13 @@ def split_legacy_row(
     count = sum(1 for _ in codec.iter_decode(value))
     stored = 0
     with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
-        cursor.execute(f"DELETE FROM {quoted} WHERE key = %s AND value = %s", (prefix, value))
+        # The length, not the bytes, tells whether the row is still the one read:
+        # sending a big blob back to compare it costs the database (and, on
+        # SQLite, this process) two more copies of it.
+        cursor.execute(
+            f"DELETE FROM {quoted} WHERE key = %s AND length(value) = %s",  # noqa: S608
+            (prefix, len(value)),
+        )
         if cursor.rowcount != 1:
             raise _Conflict
         if count == 0:
@@ -401,28 +430,266 @@ def split_legacy_row(
         )
         first = cursor.fetchone()
         top_ns = min(keys.parse_key(bytes(first[0])).time_ns, now_ns) if first else now_ns
-        if top_ns < count:
-            raise codec.CodecError("no room for the legacy messages before the queue's first row")
-        base_ns = top_ns - count
         seq = keys.parse_key(keys.new_key(prefix)).seq
-        cutoff = None if max_age_ns is None else now_ns - max_age_ns
-        batch: list[tuple[bytes, bytes]] = []
-        for index, msg in enumerate(codec.iter_decode(value)):
-            if msg.queued_at is None:
-                msg = msg.replace(queued_at=GoTime(now_ns))
-            elif cutoff is not None and msg.queued_at.unix_ns < cutoff:
-                signals.message_dropped.send(sender=queue, key=prefix, msg=msg, reason="expired")
-                continue
-            batch.append((keys.make_key(prefix, base_ns + index, seq), codec.encode_one(msg)))
-            if len(batch) >= _SPLIT_BATCH:
-                cursor.executemany(f"INSERT INTO {quoted} (key, value) VALUES (%s, %s)", batch)
-                stored += len(batch)
-                batch.clear()
-        if batch:
+        rows = legacy_message_rows(
+            prefix, value, count=count, top_ns=top_ns, seq=seq, now_ns=now_ns, max_age_ns=max_age_ns
+        )
+        for batch in _batches(rows, _SPLIT_BATCH):
             cursor.executemany(f"INSERT INTO {quoted} (key, value) VALUES (%s, %s)", batch)
             stored += len(batch)
     logger.info("split legacy row queue=%s messages=%s stored=%s", queue, count, stored)
     return stored
+
+
+# --- drain support: claim, settle, preview ---------------------------------
+#
+# What `deadletter.drain` needs to settle one handed-over message. Each
+# function runs in the caller's transaction when there is one (the
+# PostgreSQL claim transaction) and in its own otherwise, and sends its
+# signal only once the row change has committed.
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Preview:
+    """What a drain would do with one message, read without writing: `verdict` is
+    "deliver", "expired" or "corrupt" (`msg` is None for a corrupt row)."""
+
+    key: bytes
+    msg: Message | None
+    verdict: str
+
+
+def database_vendor() -> str:
+    """The vendor of the queue's database ("sqlite", "postgresql", ...)."""
+    return _connection().vendor
+
+
+def can_claim_rows() -> bool:
+    """Whether the queue's database can lock single rows and skip locked ones,
+    which several drains at once need to never hand a message over twice."""
+    connection = _connection()
+    return connection.vendor != "sqlite" and connection.features.has_select_for_update_skip_locked
+
+
+def sqlite_file() -> str | None:
+    """The file of a SQLite queue database; None for another backend or an in-memory one."""
+    connection = _connection()
+    if connection.vendor != "sqlite":
+        return None
+    name = str(connection.settings_dict["NAME"])
+    if not name or name == ":memory:" or "mode=memory" in name:
+        return None
+    return name
+
+
+def tail_key(queue: str) -> bytes | None:
+    """The newest key of `queue` now (one index lookup), to bound a drain to the
+    rows that were there when it started."""
+    low, high = keys.queue_bounds(queue)
+    connection = _connection()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT key FROM {_quoted(connection, TABLE)} "  # noqa: S608
+            "WHERE key >= %s AND key < %s ORDER BY key DESC LIMIT 1",
+            (low, high),
+        )
+        row = cursor.fetchone()
+    return bytes(row[0]) if row else None
+
+
+def count_rows(queue: str, until: bytes | None = None) -> int:
+    """How many rows `queue` holds up to and including `until` (a legacy or
+    multi-message row counts once): a progress bar's total, not a message count."""
+    low, high = keys.queue_bounds(queue)
+    connection = _connection()
+    sql = f"SELECT COUNT(*) FROM {_quoted(connection, TABLE)} WHERE key >= %s AND key < %s"  # noqa: S608
+    params: tuple[bytes, ...] = (low, high)
+    if until is not None:
+        sql += " AND key <= %s"
+        params += (until,)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return int(cursor.fetchone()[0])
+
+
+def _delete_sql(connection: BaseDatabaseWrapper) -> str:
+    return f"DELETE FROM {_quoted(connection, TABLE)} WHERE key = %s"  # noqa: S608
+
+
+def _after_commit(connection: BaseDatabaseWrapper, signal: Any, **kwargs: Any) -> None:
+    """Send `signal` once the current transaction commits (at once in autocommit)."""
+
+    def send() -> None:
+        for receiver, result in signal.send_robust(**kwargs):
+            if isinstance(result, Exception):
+                logger.error("signal receiver failed receiver=%r error=%r", receiver, result)
+
+    transaction.on_commit(send, using=connection.alias)
+
+
+def rewrite_msg(key: bytes, msg: Message) -> bool:
+    """Write `msg` back in place under `key`, keeping the row's place in the queue;
+    False when the row is gone (nothing is written then). Raises `QueueingError`."""
+    key = bytes(key)
+    connection = _connection()
+    try:
+        value = codec.encode_one(msg)
+    except (codec.CodecError, TypeError, ValueError) as exc:
+        raise QueueingError from exc
+    try:
+        return bool(
+            _write(
+                connection,
+                f"UPDATE {_quoted(connection, TABLE)} SET value = %s WHERE key = %s",  # noqa: S608
+                (value, key),
+            )
+        )
+    except DatabaseError as exc:
+        logger.exception("rewrite failed key=%s", key.hex())
+        raise QueueingError from exc
+
+
+def replace_msg(key: bytes, msg: Message) -> bytes | None:
+    """Delete the row `key` and park `msg` as a fresh row at its queue's tail, in
+    one transaction: a crash leaves the old row or the new one, never both or
+    neither. Returns the new key; None when the old row is already gone (it was
+    handled or deleted elsewhere, so its remainder is not parked again).
+    Sends `message_dequeued` for the old key and `message_enqueued` for the new
+    one after the commit. Raises `QueueingError` (nothing changed then).
+    """
+    key = bytes(key)
+    queue = keys.queue_of(key)
+    prefix = key.partition(keys.SEPARATOR)[0]
+    if msg.queued_at is None:
+        msg = msg.replace(queued_at=GoTime.now())
+    try:
+        value = codec.encode_one(msg)
+    except (codec.CodecError, TypeError, ValueError) as exc:
+        raise QueueingError from exc
+    connection = _connection()
+    try:
+        with transaction.atomic(using=connection.alias):
+            deleted = _write(connection, _delete_sql(connection), (key,))
+            if not deleted:
+                return None
+            new_key = insert_value(prefix, value, queue=queue)
+            _after_commit(connection, signals.message_dequeued, sender=queue, key=key)
+            _after_commit(connection, signals.message_enqueued, sender=queue, key=new_key, msg=msg)
+    except DatabaseError as exc:
+        logger.exception("replace failed queue=%s key=%s", queue, key.hex())
+        raise QueueingError from exc
+    return new_key
+
+
+def drop_msg(key: bytes, msg: Message | None, reason: str) -> bool:
+    """Delete the row `key` because its message is thrown away; sends
+    `message_dropped` with `reason` after the commit. False when the row was
+    already gone. Raises `QueueingError`."""
+    key = bytes(key)
+    queue = keys.queue_of(key)
+    connection = _connection()
+    try:
+        deleted = _write(connection, _delete_sql(connection), (key,))
+    except DatabaseError as exc:
+        logger.exception("drop failed queue=%s key=%s", queue, key.hex())
+        raise QueueingError from exc
+    if deleted:
+        logger.info("dropped message queue=%s key=%s reason=%s", queue, key.hex(), reason)
+        _after_commit(
+            connection, signals.message_dropped, sender=queue, key=key, msg=msg, reason=reason
+        )
+    return bool(deleted)
+
+
+@contextlib.contextmanager
+def claiming(
+    queue: str, *, after: bytes | None = None, until: bytes | None = None
+) -> Iterator[Queued | None]:
+    """A transaction holding the oldest unclaimed message of `queue` with a key
+    above `after` (and at most `until`), or None when there is none.
+
+    Settle the message (`dequeue`, `replace_msg`, `rewrite_msg`, `drop_msg`)
+    inside the block: the settlement commits with the claim, and a process
+    that dies before the end releases the row to the other drains untouched.
+    Needs a database that `can_claim_rows`.
+    """
+    connection = _connection()
+    with transaction.atomic(using=connection.alias):
+        yield claim_failed_msg(queue, after=after, until=until)
+
+
+def claim_failed_msg(
+    queue: str, *, after: bytes | None = None, until: bytes | None = None
+) -> Queued | None:
+    """Lock the oldest message of `queue` no other transaction holds, with
+    `SELECT ... FOR UPDATE SKIP LOCKED`; call it inside a transaction (see
+    `claiming`). Rows the rules rewrite or drop on the way are treated as by
+    `iter_failed_msgs`, in the same transaction.
+    """
+    connection = _connection()
+    if not connection.in_atomic_block:
+        raise transaction.TransactionManagementError("claim_failed_msg needs a transaction")
+    if not can_claim_rows():
+        raise NotSupportedError(f"{connection.vendor} cannot skip locked rows")
+    low, high = keys.queue_bounds(queue)
+    table = _quoted(connection, TABLE)
+    lock = connection.ops.for_update_sql(skip_locked=True)
+    bound, inclusive = (after, False) if after is not None else (low, True)
+    rereads = 0
+    while True:
+        sql = (
+            f"SELECT key, value FROM {table} WHERE key {'>=' if inclusive else '>'} %s "  # noqa: S608
+            "AND key < %s"
+        )
+        params: tuple[bytes, ...] = (bound, high)
+        if until is not None:
+            sql += " AND key <= %s"
+            params += (until,)
+        with connection.cursor() as cursor:
+            cursor.execute(f"{sql} ORDER BY key LIMIT 1 {lock}", params)
+            row = cursor.fetchone()
+        if row is None:
+            return None
+        key, value = bytes(row[0]), bytes(row[1]) if row[1] is not None else b""
+        outcome = _process_row(connection, queue, low, key, value)
+        if isinstance(outcome, Queued):
+            return outcome
+        if outcome is _REREAD and rereads < _REREAD_LIMIT:
+            rereads += 1
+            bound, inclusive = key, True
+            continue
+        rereads = 0
+        bound, inclusive = key, False
+
+
+def preview_failed_msgs(queue: str, batch_size: int = 1000) -> Iterator[Preview]:
+    """Every message of `queue` oldest first with what a drain would do to it,
+    read only: no row is split, stamped or deleted (for `--dry-run`)."""
+    low, high = keys.queue_bounds(queue)
+    connection = _connection()
+    table = _quoted(connection, TABLE)
+    after, op = low, ">="
+    while True:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT key, value FROM {table} WHERE key {op} %s AND key < %s "  # noqa: S608
+                f"ORDER BY key LIMIT {int(batch_size)}",
+                (after, high),
+            )
+            rows = [(bytes(k), bytes(v) if v is not None else b"") for k, v in cursor]
+        for key, value in rows:
+            try:
+                msgs = codec.decode(value)
+            except codec.CodecError:
+                yield Preview(key, None, "corrupt")
+                continue
+            cutoff = time.time_ns() - _max_age_ns()
+            for msg in msgs:
+                expired = msg.queued_at is not None and msg.queued_at.unix_ns < cutoff
+                yield Preview(key, msg, "expired" if expired else "deliver")
+        if len(rows) < batch_size:
+            return
+        after, op = rows[-1][0], ">"
 
 
 # --- async twins -----------------------------------------------------------
@@ -450,3 +717,205 @@ async def adequeue(key: bytes) -> None:
     if cancelled:
         raise asyncio.CancelledError
     task.result()
+
+
+# --- legacy aggregates: split, walk, fold back -----------------------------
+
+
+def legacy_message_rows(
+    prefix: bytes,
+    value: bytes,
+    *,
+    count: int,
+    top_ns: int,
+    seq: int,
+    now_ns: int,
+    max_age_ns: int | None = None,
+) -> Iterator[tuple[bytes, bytes]]:
+    """The `(key, value)` rows a legacy aggregate of `count` messages becomes, in list order.
+
+    The one rule for turning an aggregate into rows, shared by
+    `split_legacy_row` (fetch and the data migration) and by the kv import and
+    export: message `i` gets the key `(top_ns - count + i, seq)`, so all of
+    them sort just below `top_ns` in the aggregate's order; a zero
+    `queued_at` is stamped with `now_ns` so the age limit can fire for it;
+    with `max_age_ns` an expired message is dropped (its slot stays empty).
+    The blob is decoded one message at a time, so only the current message
+    is held beside it. Raises `codec.CodecError` for a corrupt blob.
+    """
+    if top_ns < count:
+        raise codec.CodecError("no room for the legacy messages before the queue's first row")
+    base_ns = top_ns - count
+    queue = prefix.decode("utf-8", errors="replace")
+    cutoff = None if max_age_ns is None else now_ns - max_age_ns
+    for index, msg in enumerate(codec.iter_decode(value)):
+        if index >= count:
+            raise codec.CodecError(f"legacy row holds more than the {count} messages counted")
+        if msg.queued_at is None:
+            msg = msg.replace(queued_at=GoTime(now_ns))
+        elif cutoff is not None and msg.queued_at.unix_ns < cutoff:
+            signals.message_dropped.send(sender=queue, key=prefix, msg=msg, reason="expired")
+            continue
+        yield keys.make_key(prefix, base_ns + index, seq), codec.encode_one(msg)
+
+
+def _batches(rows: Iterator[tuple[bytes, bytes]], size: int) -> Iterator[list[tuple[bytes, bytes]]]:
+    batch: list[tuple[bytes, bytes]] = []
+    for row in rows:
+        batch.append(row)
+        if len(batch) >= size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def iter_queue_heads(connection: BaseDatabaseWrapper, table: str) -> Iterator[bytes]:
+    """The lowest key of every queue in `table`: a legacy key when the queue has an aggregate.
+
+    A loose index scan: after a queue's first key it jumps past the queue's
+    whole range `[name, name 0x01)`, so finding the legacy rows of a table of
+    millions of rows costs one indexed lookup per queue, not a full scan.
+    """
+    quoted = _quoted(connection, table)
+    sql = f"SELECT key FROM {quoted} WHERE key >= %s ORDER BY key LIMIT 1"  # noqa: S608
+    after = b""
+    while True:
+        with connection.cursor() as cursor:
+            cursor.execute(sql, (after,))
+            row = cursor.fetchone()
+        if row is None:
+            return
+        key = bytes(row[0])
+        yield key
+        after = key.partition(keys.SEPARATOR)[0] + b"\x01"
+
+
+def split_legacy_rows(connection: BaseDatabaseWrapper, table: str) -> tuple[int, int]:
+    """Split every legacy aggregate row of `table`; returns (aggregates split, rows stored).
+
+    Each aggregate goes through `split_legacy_row` in its own transaction, so
+    an interrupted run keeps every queue it finished and a rerun carries on
+    with the rest: a crash leaves each aggregate either whole or fully split.
+    Nothing is dropped for age here (the next fetch applies the limit), and a
+    corrupt aggregate is logged and left for fetch, which drops it by its
+    own rule: a schema step should not be the one to destroy data.
+    """
+    quoted = _quoted(connection, table)
+    split = stored = 0
+    for head in iter_queue_heads(connection, table):
+        if not keys.is_legacy_key(head):
+            continue
+        queue = keys.queue_of(head)
+        with connection.cursor() as cursor:
+            cursor.execute(f"SELECT value FROM {quoted} WHERE key = %s", (head,))  # noqa: S608
+            row = cursor.fetchone()
+        if row is None:
+            continue
+        value = bytes(row[0]) if row[0] is not None else b""
+        try:
+            stored += split_legacy_row(connection, table, head, value, now_ns=time.time_ns())
+        except _Conflict:
+            logger.info("legacy row already split by another process queue=%s", queue)
+            continue
+        except (codec.CodecError, ValueError) as exc:
+            logger.error("legacy row left unsplit queue=%s error=%s", queue, exc)
+            continue
+        split += 1
+    return split, stored
+
+
+def _cbor_array_head(count: int) -> bytes:
+    """The head of a definite-length CBOR array in its shortest form, as Go writes it."""
+    if count < 24:
+        return bytes([0x80 | count])
+    for info, width in ((24, 1), (25, 2), (26, 4), (27, 8)):
+        if count < 1 << (8 * width):
+            return bytes([0x80 | info]) + count.to_bytes(width, "big")
+    raise ValueError(f"too many messages for one CBOR array: {count}")
+
+
+def fold_queue_rows(
+    connection: BaseDatabaseWrapper, table: str, prefix: bytes, *, batch_size: int = 1000
+) -> int:
+    """Fold every row of one queue back into one legacy aggregate row under the bare
+    name, in key order; returns how many messages the aggregate holds.
+
+    The reverse of `split_legacy_row`, for a downgrade to a release that only
+    reads aggregates: one transaction per queue, so a crash leaves the queue
+    either as it was or folded. A row that does not decode is left in place
+    (logged), never folded into the aggregate: one bad row must not make the
+    whole queue unreadable. Rows are read in key pages and only the aggregate being
+    built is held, so memory stays near the aggregate's size.
+    """
+    quoted = _quoted(connection, table)
+    queue = prefix.decode("utf-8", errors="replace")
+    high = prefix + b"\x01"
+    body = bytearray()
+    count = 0
+    with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
+        after, op = prefix, ">="
+        while True:
+            cursor.execute(
+                f"SELECT key, value FROM {quoted} WHERE key {op} %s AND key < %s "  # noqa: S608
+                f"ORDER BY key LIMIT {int(batch_size)}",
+                (after, high),
+            )
+            rows = cursor.fetchall()
+            if not rows:
+                break
+            folded: list[tuple[bytes]] = []
+            for raw_key, raw_value in rows:
+                key = bytes(raw_key)
+                mark = len(body)
+                added = 0
+                try:
+                    for msg in codec.iter_decode(bytes(raw_value or b"")):
+                        item = codec.encode_one(msg)
+                        body += item[1:]  # drop the one-element array head
+                        added += 1
+                except codec.CodecError as exc:
+                    del body[mark:]
+                    if key == prefix:
+                        logger.error("queue left unfolded: corrupt aggregate queue=%s", queue)
+                        raise _Unfoldable from exc
+                    logger.warning(
+                        "corrupt row left unfolded queue=%s key=%s error=%s", queue, key.hex(), exc
+                    )
+                    continue
+                count += added
+                folded.append((key,))
+            if folded:
+                cursor.executemany(f"DELETE FROM {quoted} WHERE key = %s", folded)  # noqa: S608
+            after, op = bytes(rows[-1][0]), ">"
+        if count:
+            body[0:0] = _cbor_array_head(count)
+            cursor.execute(
+                f"INSERT INTO {quoted} (key, value) VALUES (%s, %s)",  # noqa: S608
+                (prefix, body),
+            )
+    logger.info("folded queue into a legacy row queue=%s messages=%s", queue, count)
+    return count
+
+
+class _Unfoldable(Exception):
+    """The queue's own aggregate is corrupt: folding would have to overwrite it."""
+
+
+def fold_all_queues(connection: BaseDatabaseWrapper, table: str) -> tuple[int, int]:
+    """`fold_queue_rows` for every queue of `table`; returns (queues folded, messages)."""
+    folded = messages = 0
+    for head in iter_queue_heads(connection, table):
+        name = head.partition(keys.SEPARATOR)[0]
+        try:
+            keys.encode_queue_name(name.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError):
+            logger.error("rows with an invalid queue name left unfolded key=%s", head.hex())
+            continue
+        try:
+            count = fold_queue_rows(connection, table, name)
+        except _Unfoldable:
+            continue
+        folded += 1 if count else 0
+        messages += count
+    return folded, messages

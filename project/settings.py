@@ -5,6 +5,7 @@ everything else is fixed so a fresh clone serves without configuration.
 """
 
 import os
+import tempfile
 from pathlib import Path
 
 import dj_database_url
@@ -69,9 +70,21 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         "timeout": 30,
         "transaction_mode": "IMMEDIATE",
     }
-    # A file, not :memory:, so that subprocess tests share the test database.
+    # A file, not :memory:, so that subprocess tests share the test database;
+    # one per test run, so that runs side by side do not share it.
     DATABASES["default"]["TEST"] = {
-        "NAME": os.environ.get("DEADLETTER_TEST_SQLITE_PATH", str(BASE_DIR / "test-db.sqlite3")),
+        "NAME": os.environ.get(
+            "DEADLETTER_TEST_SQLITE_PATH",
+            str(Path(tempfile.gettempdir()) / f"deadletter-test-{os.getpid()}.sqlite3"),
+        ),
+    }
+
+else:
+    # One test database per run, so that runs side by side do not share it.
+    DATABASES["default"]["TEST"] = {
+        "NAME": os.environ.get(
+            "DEADLETTER_TEST_DB_NAME", f"test_{DATABASES['default']['NAME']}_{os.getpid()}"
+        ),
     }
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
@@ -100,3 +113,6 @@ DEADLETTER_HANDLERS = {
     "telegram-queue": "project.demo.handlers.log_only",
     "discord-queue": "project.demo.handlers.log_only",
 }
+
+# Where the demo webhook handler redelivers to: the demo site's own endpoint.
+DEMO_WEBHOOK_URL = os.environ.get("DEMO_WEBHOOK_URL", "http://127.0.0.1:8000/demo/webhook/")

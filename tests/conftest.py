@@ -48,21 +48,18 @@ def subprocess_env(transactional_db: None) -> dict[str, str]:
 
 
 @pytest.fixture
-def unreachable_db(settings: Any) -> Any:
-    """Point the queue at a database that cannot be reached."""
-    from django.db import connections
+def unreachable_db(transactional_db: None) -> Any:
+    """Point the default connection at a database that cannot be reached, then back."""
+    from django.db import connection
 
-    alias = "unreachable"
-    config = dict(connections.settings["default"])
-    if config["ENGINE"].endswith("sqlite3"):
-        config["NAME"] = "/nonexistent-dir/deadletter/db.sqlite3"
-        config["OPTIONS"] = {"timeout": 0.1}
+    saved = dict(connection.settings_dict)
+    connection.close()
+    if saved["ENGINE"].endswith("sqlite3"):
+        connection.settings_dict["NAME"] = "/nonexistent-dir/deadletter/db.sqlite3"
     else:
-        config["PORT"] = "1"
-        config["OPTIONS"] = {"connect_timeout": 1}
-    connections.settings[alias] = config
-    settings.DEADLETTER_DATABASE = alias
-    yield alias
-    connections[alias].close()
-    del connections[alias]
-    del connections.settings[alias]
+        connection.settings_dict["PORT"] = "1"
+        connection.settings_dict["OPTIONS"] = {**saved["OPTIONS"], "connect_timeout": 2}
+    yield connection
+    connection.close()
+    connection.settings_dict.clear()
+    connection.settings_dict.update(saved)

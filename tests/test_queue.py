@@ -6,6 +6,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 import time_machine
+from asgiref.sync import sync_to_async
+from django.db import connections
 
 from deadletter import codec, keys
 from deadletter.gotime import GoTime
@@ -293,7 +295,9 @@ def test_async_twins_store_fetch_and_dequeue(clock) -> None:
         await astore_failed_msgs("q", msg("two"))
         fetched = await afetch_failed_msgs("q")
         await adequeue(fetched[0].key)
-        return subjects(await afetch_failed_msgs("q"))
+        left = subjects(await afetch_failed_msgs("q"))
+        await sync_to_async(connections.close_all)()
+        return left
 
     assert asyncio.run(scenario()) == ["two"]
 
@@ -307,6 +311,47 @@ def test_adequeue_finishes_its_delete_when_the_awaiting_task_is_cancelled(clock)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
+        await sync_to_async(connections.close_all)()
 
     asyncio.run(scenario())
     assert row_keys() == []
+
+
+ENQUEUE_SCRIPT = """
+import sys, django
+django.setup()
+from deadletter.messages import Message
+from deadletter.queue import store_failed_msgs
+proc, count = sys.argv[1], int(sys.argv[2])
+sys.stdin.readline()
+for i in range(count):
+    store_failed_msgs("shared", Message(subject=f"{proc}:{i:05}"))
+"""
+
+
+@pytest.mark.slow
+def test_four_processes_enqueue_at_once_without_error_or_loss(subprocess_env) -> None:
+    import subprocess
+    import sys
+
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", ENQUEUE_SCRIPT, str(p), "5000"],
+            env=subprocess_env,
+            stdin=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for p in range(4)
+    ]
+    for p in procs:  # release them together
+        p.stdin.write("go\n")
+        p.stdin.flush()
+    errors = [p.communicate(timeout=300)[1] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0, 0], errors
+    fetched = fetch_failed_msgs("shared")
+    assert len(fetched) == 20_000
+    assert len({q.key for q in fetched}) == 20_000
+    for proc in range(4):
+        mine = [q.msg.subject for q in fetched if q.msg.subject.startswith(f"{proc}:")]
+        assert mine == [f"{proc}:{i:05}" for i in range(5000)]

@@ -1,0 +1,411 @@
+"""The queue's value: CBOR bytes exactly as the Go program writes and reads `[]msgtypes.Message`.
+
+Writing mirrors Go's encoder byte for byte (field order, untagged RFC3339Nano
+times, null for zero times and nil lists), so a row Python rewrites is one Go
+could have written. Reading mirrors Go's decoder (case-insensitive keys,
+missing keys as zero values, trailing bytes ignored, times as text, tag 0,
+tag 1 or a bare epoch), except that it keeps unknown keys in `Message.extra`
+so they are written back. Every malformed value raises `CodecError` and
+nothing else: a corrupt row is dropped by the queue, never allowed to crash a
+scan.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from collections.abc import Callable, Iterator, Sequence
+from datetime import datetime
+from typing import Any
+
+import cbor2
+
+from deadletter.exceptions import DeadletterError
+from deadletter.gotime import GoTime
+from deadletter.messages import Message
+
+__all__ = ["CodecError", "decode", "encode", "encode_one", "iter_decode"]
+
+
+class CodecError(DeadletterError, ValueError):
+    """A value that is not a CBOR list of messages, or a message that cannot be written as one."""
+
+
+_NS = 1_000_000_000
+_GO_ZERO_NS = GoTime.parse("0001-01-01T00:00:00Z").unix_ns
+_MIN_EPOCH_NS = GoTime.parse("0000-01-01T00:00:00Z").unix_ns
+_MAX_EPOCH_NS = GoTime.parse("9999-12-31T23:59:59.999999999Z").unix_ns
+_MAX_CODE = 2**63 - 1
+_MAX_DEPTH = 32  # Go's fxamacker/cbor default MaxNestedLevels
+_INDEFINITE = -1
+_SELF_DESCRIBED = b"\xd9\xd9\xf7"
+_UNDEFINED = cbor2.undefined
+_MAJOR_TYPES = (
+    "an unsigned integer",
+    "a negative integer",
+    "a byte string",
+    "a text string",
+    "an array",
+    "a map",
+    "a tag",
+    "a simple value or float",
+)
+_DECODE_FAILURES = (
+    cbor2.CBORError,
+    ValueError,
+    TypeError,
+    OverflowError,
+    RecursionError,
+    MemoryError,
+)
+_ENCODE_FAILURES = (cbor2.CBORError, ValueError, TypeError, OverflowError, RecursionError)
+
+# The tags cbor2 6 turns into Python objects (datetime, Decimal, UUID, shared
+# references, immutable containers under 55799...). Kept as raw `CBORTag`s
+# instead: times need all nine fraction digits, which cbor2's tag 0 would cut
+# to six, and an unknown key's value must be written back as it came.
+_RAW_TAGS = (
+    *(0, 1, 2, 3, 4, 5, 25, 28, 29, 30, 35, 36, 37, 52, 54, 100),
+    *(256, 258, 260, 261, 1004, 43000, 55799),
+)
+
+
+def _keep_tag(tag: int) -> Callable[[Any, bool], cbor2.CBORTag]:
+    def keep(value: Any, immutable: bool) -> cbor2.CBORTag:
+        return cbor2.CBORTag(tag, value)
+
+    return keep
+
+
+_DECODER_OPTIONS: dict[str, Any] = {
+    "semantic_decoders": {tag: _keep_tag(tag) for tag in _RAW_TAGS},
+    # Go's field names are text; refusing other keys also keeps crafted
+    # integer keys with colliding hashes from making a dict quadratic.
+    "strict_hashable_types": True,
+}
+
+
+def decode(value: bytes) -> list[Message]:
+    """The messages of one stored value.
+
+    A zero-length value and CBOR null are the empty list, as for the Go bot.
+    """
+    if not value:
+        return []
+    value = _without_self_described_prefix(bytes(value))
+    count, _ = _array_head(value)
+    if count == 0:
+        return []
+    try:
+        items = cbor2.loads(value, max_depth=_MAX_DEPTH, **_DECODER_OPTIONS)
+    except _DECODE_FAILURES as exc:
+        raise CodecError(f"undecodable CBOR: {exc}") from exc
+    return [_message(item, index) for index, item in enumerate(items)]
+
+
+def iter_decode(value: bytes) -> Iterator[Message]:
+    """The messages of one stored value, decoded one at a time as they are consumed.
+
+    Memory stays bounded by one message beyond `value` itself, so a legacy
+    blob of the whole queue can be split. A value that is not an array fails
+    here; a bad message fails when the iteration reaches it.
+    """
+    if not value:
+        return iter(())
+    value = _without_self_described_prefix(bytes(value))
+    count, start = _array_head(value)
+    if count == 0:
+        return iter(())
+    return _iter_items(value, count, start)
+
+
+def _iter_items(value: bytes, count: int, start: int) -> Iterator[Message]:
+    stream = io.BytesIO(value)
+    stream.seek(start)
+    decoder = cbor2.CBORDecoder(stream, max_depth=_MAX_DEPTH - 1, **_DECODER_OPTIONS)
+    index = 0
+    while count == _INDEFINITE or index < count:
+        if count == _INDEFINITE:
+            position = stream.tell()
+            if position >= len(value):
+                raise CodecError(f"message {index}: truncated value (no end of array)")
+            if value[position] == 0xFF:
+                return
+        try:
+            item = decoder.decode()
+        except _DECODE_FAILURES as exc:
+            raise CodecError(f"message {index}: undecodable CBOR: {exc}") from exc
+        yield _message(item, index)
+        index += 1
+
+
+def _without_self_described_prefix(value: bytes) -> bytes:
+    """`value` without tag 55799 ("this is CBOR") in front, which Go skips as well."""
+    while value.startswith(_SELF_DESCRIBED):
+        value = value[len(_SELF_DESCRIBED) :]
+    return value
+
+
+def _array_head(value: bytes) -> tuple[int, int]:
+    """The message count and the offset of the first message; the count is -1 when indefinite.
+
+    Null and undefined (Go's nil list) count as 0 messages. The head is read
+    here rather than by cbor2 so that a count larger than the bytes that
+    follow is refused before anything is sized by it.
+    """
+    size = len(value)
+    if not size:
+        raise CodecError("truncated value: no message array")
+    initial = value[0]
+    position = 1
+    if initial in (0xF6, 0xF7):
+        return 0, position
+    major, info = initial >> 5, initial & 0x1F
+    if major != 4:
+        raise CodecError(f"expected an array of messages, got {_MAJOR_TYPES[major]}")
+    if info == 31:
+        return _INDEFINITE, position
+    if info < 24:
+        count = info
+    elif info < 28:
+        width = 1 << (info - 24)
+        if position + width > size:
+            raise CodecError("truncated value: array head cut short")
+        count = int.from_bytes(value[position : position + width], "big")
+        position += width
+    else:
+        raise CodecError(f"malformed array head 0x{initial:02x}")
+    if count > size - position:
+        raise CodecError(f"array claims {count} messages but only {size - position} bytes follow")
+    return count, position
+
+
+def _message(item: Any, index: int) -> Message:
+    if type(item) is not dict:
+        raise CodecError(f"message {index}: expected a map, got {_kind(item)}")
+    values: dict[str, Any] = {}
+    extra: dict[str, Any] = {}
+    for key, raw in item.items():
+        field = _FIELDS.get(key)
+        if field is None:
+            if type(key) is not str:
+                raise CodecError(f"message {index}: map key {key!r} is not a text string")
+            field = _field_for(key)
+            if field is None:
+                extra[key] = raw
+                continue
+        name, attribute, convert = field
+        values[attribute] = convert(raw, index, name)
+    return Message(**values, extra=extra)
+
+
+def _time(raw: Any, index: int, name: str) -> GoTime | None:
+    kind = type(raw)
+    if kind is str:
+        text = raw
+    elif raw is None or raw is _UNDEFINED:
+        return None
+    elif kind is int or kind is float:
+        return _epoch(raw, index, name)
+    elif kind is cbor2.CBORTag and raw.tag == 0 and type(raw.value) is str:
+        text = raw.value
+    elif kind is cbor2.CBORTag and raw.tag == 1 and type(raw.value) in (int, float):
+        return _epoch(raw.value, index, name)
+    else:
+        raise _wrong_type(index, name, "an RFC 3339 time or an epoch", raw)
+    try:
+        time = GoTime.parse(text)
+    except ValueError as exc:
+        raise CodecError(f"message {index}: {name}: {exc}") from None
+    return None if time.unix_ns == _GO_ZERO_NS else time
+
+
+def _epoch(seconds: int | float, index: int, name: str) -> GoTime | None:
+    """Go's reading of an epoch: whole seconds, fraction truncated to nanoseconds, UTC."""
+    if type(seconds) is float:
+        if not math.isfinite(seconds):
+            raise CodecError(f"message {index}: {name}: epoch {seconds} is not a time")
+        fraction, whole = math.modf(seconds)
+        unix_ns = int(whole) * _NS + int(fraction * _NS)
+    else:
+        unix_ns = int(seconds) * _NS
+    if not _MIN_EPOCH_NS <= unix_ns <= _MAX_EPOCH_NS:
+        raise CodecError(f"message {index}: {name}: epoch {seconds} is outside years 0000..9999")
+    return None if unix_ns == _GO_ZERO_NS else GoTime(unix_ns)
+
+
+def _text(raw: Any, index: int, name: str) -> str:
+    if type(raw) is str:
+        return raw
+    if raw is None or raw is _UNDEFINED:
+        return ""
+    raise _wrong_type(index, name, "a text string", raw)
+
+
+def _text_list(raw: Any, index: int, name: str) -> list[str] | None:
+    if type(raw) is list:
+        for position, element in enumerate(raw):
+            if type(element) is not str:
+                if element is None or element is _UNDEFINED:
+                    raw[position] = ""
+                else:
+                    raise _wrong_type(index, f"{name}[{position}]", "a text string", element)
+        return raw
+    if raw is None or raw is _UNDEFINED:
+        return None
+    raise _wrong_type(index, name, "an array of text strings", raw)
+
+
+def _code(raw: Any, index: int, name: str) -> int:
+    if type(raw) is int and 0 <= raw <= _MAX_CODE:
+        return raw
+    if raw is None or raw is _UNDEFINED:
+        return 0
+    raise _wrong_type(index, name, f"an integer in 0..{_MAX_CODE}", raw)
+
+
+def _wrong_type(index: int, name: str, expected: str, raw: Any) -> CodecError:
+    got = repr(raw) if type(raw) is int else _kind(raw)
+    return CodecError(f"message {index}: {name}: expected {expected}, got {got}")
+
+
+def _kind(raw: Any) -> str:
+    if raw is None:
+        return "null"
+    if raw is _UNDEFINED:
+        return "undefined"
+    if type(raw) is cbor2.CBORTag:
+        return f"tag {raw.tag}"
+    return _KINDS.get(type(raw), type(raw).__name__)
+
+
+_KINDS: dict[type, str] = {
+    str: "a text string",
+    bytes: "a byte string",
+    int: "an integer",
+    float: "a float",
+    bool: "a boolean",
+    list: "an array",
+    dict: "a map",
+    cbor2.CBORSimpleValue: "a simple value",
+}
+
+_Converter = Callable[[Any, int, str], Any]
+_FIELDS: dict[Any, tuple[str, str, _Converter]] = {
+    name: (name, attribute, convert)
+    for name, attribute, convert in (
+        ("Timestamp", "timestamp", _time),
+        ("QueuedAt", "queued_at", _time),
+        ("Username", "username", _text),
+        ("Subject", "subject", _text),
+        ("Descriptions", "descriptions", _text_list),
+        ("Fields", "fields", _text_list),
+        ("SkipRecipients", "skip_recipients", _text_list),
+        ("Code", "code", _code),
+    )
+}
+_FOLDED_FIELDS = {name.lower(): field for name, field in _FIELDS.items()}
+
+
+def _field_for(key: str) -> tuple[str, str, _Converter] | None:
+    """The field Go fills from `key`: exact name first, then ASCII case-insensitively.
+
+    Go compares byte lengths before folding case, so a key with non-ASCII
+    letters (the Kelvin sign, the long s) never matches an ASCII field name.
+    """
+    field = _FIELDS.get(key)
+    if field is None and key.isascii():
+        field = _FOLDED_FIELDS.get(key.lower())
+    return field
+
+
+def encode(msgs: Sequence[Message]) -> bytes:
+    """Go's bytes for `msgs`: what its encoder writes for the same `[]Message`."""
+    wire = [_wire_map(msg, index) for index, msg in enumerate(msgs)]
+    try:
+        return cbor2.dumps(wire)
+    except _ENCODE_FAILURES as exc:
+        raise _unencodable(msgs, exc) from exc
+
+
+def encode_one(msg: Message) -> bytes:
+    """`encode([msg])`: the value of a per-message row."""
+    wire = [_wire_map(msg, 0)]
+    try:
+        return cbor2.dumps(wire)
+    except _ENCODE_FAILURES as exc:
+        raise _unencodable([msg], exc) from exc
+
+
+def _wire_map(msg: Message, index: int) -> dict[str, Any]:
+    if not isinstance(msg, Message):
+        raise CodecError(f"message {index}: expected a Message, got {type(msg).__name__}")
+    username, subject, code = msg.username, msg.subject, msg.code
+    if type(username) is not str:
+        raise _wrong_type(index, "Username", "a str", username)
+    if type(subject) is not str:
+        raise _wrong_type(index, "Subject", "a str", subject)
+    if type(code) is not int:
+        if not isinstance(code, int) or isinstance(code, bool):
+            raise _wrong_type(index, "Code", "an int", code)
+        code = int(code)
+    if not 0 <= code <= _MAX_CODE:
+        raise CodecError(f"message {index}: Code: {code} is outside 0..{_MAX_CODE}")
+    wire = {
+        "Timestamp": _wire_time(msg.timestamp, index, "Timestamp"),
+        "QueuedAt": _wire_time(msg.queued_at, index, "QueuedAt"),
+        "Username": username,
+        "Subject": subject,
+        "Descriptions": _wire_list(msg.descriptions, index, "Descriptions"),
+        "Fields": _wire_list(msg.fields, index, "Fields"),
+        "SkipRecipients": _wire_list(msg.skip_recipients, index, "SkipRecipients"),
+        "Code": code,
+    }
+    if msg.extra:
+        for key, value in msg.extra.items():
+            if type(key) is not str:
+                raise CodecError(f"message {index}: extra key {key!r} is not a str")
+            if _field_for(key) is not None:
+                raise CodecError(f"message {index}: extra key {key!r} would be read as a field")
+            wire[key] = value
+    return wire
+
+
+def _wire_time(time: GoTime | datetime | None, index: int, name: str) -> str | None:
+    if time is None:
+        return None
+    if not isinstance(time, GoTime):
+        if not isinstance(time, datetime):
+            raise _wrong_type(index, name, "a GoTime, datetime or None", time)
+        try:
+            time = GoTime.from_datetime(time)
+        except ValueError as exc:
+            raise CodecError(f"message {index}: {name}: {exc}") from None
+    if time.unix_ns == _GO_ZERO_NS:
+        return None
+    try:
+        return time.format()
+    except ValueError as exc:
+        raise CodecError(f"message {index}: {name}: {exc}") from None
+
+
+def _wire_list(items: list[str] | None, index: int, name: str) -> list[str] | None:
+    if items is None:
+        return None
+    if type(items) is not list and type(items) is not tuple:
+        raise _wrong_type(index, name, "a list of str or None", items)
+    for position, item in enumerate(items):
+        if type(item) is not str:
+            raise _wrong_type(index, f"{name}[{position}]", "a str", item)
+    return items
+
+
+def _unencodable(msgs: Sequence[Message], exc: Exception) -> CodecError:
+    """Name the extra value cbor2 refused (the only part not checked before encoding)."""
+    for index, msg in enumerate(msgs):
+        for key, value in msg.extra.items():
+            try:
+                cbor2.dumps(value)
+            except _ENCODE_FAILURES as value_exc:
+                return CodecError(f"message {index}: extra key {key!r}: {value_exc}")
+    return CodecError(f"cannot encode: {exc}")

@@ -1,0 +1,280 @@
+from __future__ import annotations
+
+import json
+import time
+from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from deadletter.gotime import GoTime
+
+FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "go-cbor"
+MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())
+
+NS = 1_000_000_000
+MIN_NS = GoTime.parse("0000-01-01T00:00:00Z").unix_ns
+MAX_NS = GoTime.parse("9999-12-31T23:59:59.999999999Z").unix_ns
+DAY_NS = 86_400 * NS
+
+
+def fixture_times() -> list[str]:
+    times = {
+        text
+        for entry in MANIFEST["files"] + MANIFEST["rows"]
+        for msg in entry["messages"]
+        for text in (msg["Timestamp"], msg["QueuedAt"])
+        if text is not None
+    }
+    return sorted(times)
+
+
+def go_style(dt: datetime) -> str:
+    """RFC3339Nano as Go writes it, derived independently from `datetime.isoformat`."""
+    text = dt.isoformat(timespec="microseconds")
+    clock, zone = text[:-6], text[-6:]
+    clock = clock.rstrip("0").rstrip(".")
+    return clock + ("Z" if zone == "+00:00" else zone)
+
+
+@pytest.mark.parametrize("text", fixture_times())
+def test_every_fixture_time_formats_back_to_the_same_text(text: str) -> None:
+    assert GoTime.parse(text).format() == text
+
+
+@pytest.mark.parametrize("text", fixture_times())
+def test_every_fixture_time_is_the_instant_datetime_reads(text: str) -> None:
+    assert GoTime.parse(text).to_datetime() == datetime.fromisoformat(text)
+
+
+def test_nanoseconds_survive_in_a_half_hour_zone() -> None:
+    t = GoTime.parse("2026-06-30T23:59:59.000000001+05:30")
+    expected = datetime(2026, 6, 30, 18, 29, 59, tzinfo=UTC).timestamp()
+    assert t.unix_ns == int(expected) * NS + 1
+    assert t.offset == 5 * 3600 + 30 * 60
+
+
+def test_nine_fraction_digits_survive_in_a_negative_zone() -> None:
+    text = "2026-01-01T00:00:00.123456789-03:30"
+    assert GoTime.parse(text).format() == text
+
+
+def test_trailing_fraction_zeros_are_trimmed() -> None:
+    t = GoTime.parse("2026-01-01T00:00:00Z")
+    assert GoTime(t.unix_ns + 120_000_000).format() == "2026-01-01T00:00:00.12Z"
+    assert GoTime(t.unix_ns + 100_000, -12_600).format() == "2025-12-31T20:30:00.0001-03:30"
+
+
+def test_a_zero_fraction_is_left_out() -> None:
+    assert GoTime.parse("2026-07-04T12:00:00.000Z").format() == "2026-07-04T12:00:00Z"
+
+
+def test_offset_zero_is_written_as_z() -> None:
+    assert GoTime.parse("2026-07-04T12:00:00+00:00").format() == "2026-07-04T12:00:00Z"
+    assert GoTime.parse("2026-07-04T12:00:00-00:00").format() == "2026-07-04T12:00:00Z"
+
+
+def test_offset_zero_is_written_as_z_however_many_zones_were_formatted_before() -> None:
+    for minutes in range(-1440, 1441):
+        GoTime(0, minutes * 60).format()
+        GoTime(0, minutes * 60 + 1).format()
+    assert GoTime(0).format() == "1970-01-01T00:00:00Z"
+
+
+def test_a_non_zero_offset_is_written_as_hours_and_minutes() -> None:
+    utc = GoTime.parse("2026-07-04T12:00:00Z")
+    assert GoTime(utc.unix_ns, 7200).format() == "2026-07-04T14:00:00+02:00"
+
+
+def test_the_same_instant_in_two_zones_is_not_equal_but_not_ordered_either() -> None:
+    utc = GoTime.parse("2026-07-04T12:00:00Z")
+    zagreb = GoTime.parse("2026-07-04T14:00:00+02:00")
+    assert utc != zagreb
+    assert not utc < zagreb
+    assert not utc > zagreb
+    assert utc <= zagreb
+    assert utc >= zagreb
+
+
+def test_times_order_by_instant_not_by_wall_clock() -> None:
+    earlier = GoTime.parse("2026-07-04T13:00:00+02:00")
+    later = GoTime.parse("2026-07-04T12:00:00Z")
+    assert earlier < later
+    assert sorted([later, earlier]) == [earlier, later]
+
+
+def test_ordering_against_another_type_is_a_type_error() -> None:
+    with pytest.raises(TypeError):
+        assert GoTime(0) < 0  # type: ignore[operator]
+
+
+def test_equal_times_hash_equal() -> None:
+    assert hash(GoTime.parse("2026-01-01T00:00:00Z")) == hash(GoTime(1_767_225_600 * NS))
+
+
+def test_str_is_the_go_text() -> None:
+    assert str(GoTime.parse("2026-01-01T00:00:00.5+01:00")) == "2026-01-01T00:00:00.5+01:00"
+
+
+def test_an_offset_with_seconds_prints_only_hours_and_minutes_like_go() -> None:
+    assert GoTime(0, 19 * 60 + 32).format() == "1970-01-01T00:19:32+00:19"
+    assert GoTime(0, -(19 * 60 + 32)).format() == "1969-12-31T23:40:28-00:19"
+
+
+def test_an_offset_under_a_minute_west_prints_as_plus_zero_like_go() -> None:
+    assert GoTime(0, -30).format() == "1969-12-31T23:59:30+00:00"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "2024-02-29T00:00:00Z",
+        "2000-02-29T00:00:00Z",
+        "0000-01-01T00:00:00Z",
+        "0000-02-29T12:00:00Z",
+        "9999-12-31T23:59:59.999999999Z",
+        "0001-01-01T00:00:00Z",
+        "1969-12-31T23:59:59.999999999Z",
+        "2026-01-01T00:00:00+24:00",
+        "2026-01-01T00:00:00-23:59",
+    ],
+)
+def test_edge_dates_round_trip(text: str) -> None:
+    assert GoTime.parse(text).format() == text
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "2026-01-01",
+        "2026-01-01T00:00:00",
+        "2026-01-01 00:00:00Z",
+        "2026-01-01t00:00:00Z",
+        "2026-01-01T00:00:00z",
+        "2026-1-01T00:00:00Z",
+        "2026-01-01T0:00:00Z",
+        "2026-13-01T00:00:00Z",
+        "2026-00-01T00:00:00Z",
+        "2026-01-00T00:00:00Z",
+        "2026-04-31T00:00:00Z",
+        "2026-02-29T00:00:00Z",
+        "1900-02-29T00:00:00Z",
+        "2026-01-01T24:00:00Z",
+        "2026-01-01T00:60:00Z",
+        "2026-01-01T00:00:60Z",
+        "2026-01-01T00:00:00.Z",
+        "2026-01-01T00:00:00.1234567890Z",
+        "2026-01-01T00:00:00,5Z",
+        "2026-01-01T00:00:00+0100",
+        "2026-01-01T00:00:00+01",
+        "2026-01-01T00:00:00+25:00",
+        "2026-01-01T00:00:00+01:61",
+        "2026-01-01T00:00:00Z ",
+        " 2026-01-01T00:00:00Z",
+        "+2026-01-01T00:00:00Z",
+        "-0001-01-01T00:00:00Z",
+        "10000-01-01T00:00:00Z",
+        "\u0662\u0660\u0662\u0666-01-01T00:00:00Z",
+        "2026-01-01T00:00:00\u2212" + "01:00",
+    ],
+)
+def test_text_go_would_not_write_is_refused(text: str) -> None:
+    with pytest.raises(ValueError):
+        GoTime.parse(text)
+
+
+def test_a_year_beyond_9999_cannot_be_formatted() -> None:
+    with pytest.raises(ValueError):
+        GoTime(MAX_NS + 1).format()
+
+
+def test_a_year_before_0000_cannot_be_formatted() -> None:
+    with pytest.raises(ValueError):
+        GoTime(MIN_NS - 1).format()
+
+
+def test_go_zero_time_is_zero() -> None:
+    assert GoTime.parse("0001-01-01T00:00:00Z").is_zero()
+    assert GoTime.parse("0001-01-01T01:00:00+01:00").is_zero()
+    assert not GoTime(0).is_zero()
+
+
+def test_from_datetime_keeps_microseconds_and_offset() -> None:
+    dt = datetime(2026, 3, 29, 1, 59, 59, 123456, tzinfo=timezone(timedelta(hours=1)))
+    assert GoTime.from_datetime(dt).format() == "2026-03-29T01:59:59.123456+01:00"
+
+
+def test_from_datetime_takes_the_offset_a_named_zone_has_at_that_instant() -> None:
+    zoneinfo = pytest.importorskip("zoneinfo")
+    try:
+        zagreb = zoneinfo.ZoneInfo("Europe/Zagreb")
+    except zoneinfo.ZoneInfoNotFoundError:
+        pytest.skip("no time zone database")
+    assert GoTime.from_datetime(datetime(2026, 7, 1, 12, tzinfo=zagreb)).offset == 7200
+    assert GoTime.from_datetime(datetime(2026, 1, 1, 12, tzinfo=zagreb)).offset == 3600
+
+
+def test_from_datetime_refuses_a_naive_datetime() -> None:
+    with pytest.raises(ValueError):
+        GoTime.from_datetime(datetime(2026, 1, 1))
+
+
+def test_to_datetime_is_in_the_times_own_offset() -> None:
+    dt = GoTime.parse("2026-11-26T13:00:00.987654321+01:00").to_datetime()
+    assert dt.utcoffset() == timedelta(hours=1)
+    assert (dt.hour, dt.microsecond) == (13, 987654)
+
+
+def test_to_datetime_truncates_the_wall_clock_fraction_before_the_epoch() -> None:
+    dt = GoTime.parse("1969-12-31T23:59:59.999999999Z").to_datetime()
+    assert dt == datetime(1969, 12, 31, 23, 59, 59, 999999, tzinfo=UTC)
+
+
+def test_to_datetime_refuses_a_year_datetime_cannot_hold() -> None:
+    with pytest.raises(ValueError):
+        GoTime.parse("0000-06-01T00:00:00Z").to_datetime()
+
+
+def test_now_is_utc_and_current() -> None:
+    before = time.time_ns()
+    now = GoTime.now()
+    assert now.offset == 0
+    assert before <= now.unix_ns <= time.time_ns()
+
+
+def test_from_unix_ns_is_the_constructor() -> None:
+    assert GoTime.from_unix_ns(5, 3600) == GoTime(5, 3600)
+
+
+offsets = st.integers(min_value=-24 * 60, max_value=24 * 60).map(lambda minutes: minutes * 60)
+instants = st.one_of(
+    st.integers(min_value=MIN_NS + DAY_NS, max_value=MAX_NS - DAY_NS),
+    st.tuples(
+        st.integers(min_value=MIN_NS // NS + 86_400, max_value=MAX_NS // NS - 86_400),
+        st.sampled_from([0, 1, 10, 100_000, 120_000_000, 500_000_000, 999_999_999]),
+    ).map(lambda pair: pair[0] * NS + pair[1]),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(instants, offsets)
+def test_parse_reads_back_every_time_format_writes(unix_ns: int, offset: int) -> None:
+    t = GoTime(unix_ns, offset)
+    assert GoTime.parse(t.format()) == t
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.datetimes(
+        min_value=datetime(1, 1, 2),
+        max_value=datetime(9999, 12, 30),
+        timezones=st.integers(-23 * 60, 23 * 60).map(lambda m: timezone(timedelta(minutes=m))),
+    )
+)
+def test_format_agrees_with_datetimes_calendar(dt: datetime) -> None:
+    t = GoTime.from_datetime(dt)
+    assert t.format() == go_style(dt)
+    assert t.to_datetime() == dt
