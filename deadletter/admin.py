@@ -12,7 +12,7 @@ from typing import Any
 from django.contrib import admin
 from django.contrib.admin.utils import quote
 from django.contrib.admin.views.main import ChangeList
-from django.db.models import QuerySet
+from django.db.models import Model, QuerySet
 from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.html import format_html
@@ -23,23 +23,23 @@ from deadletter.models import QueuedMessage
 
 
 class KeyChangeList(ChangeList):
-    def url_for_result(self, result: QueuedMessage) -> str:
+    def url_for_result(self, result: Model) -> str:
         return reverse(
             f"admin:{self.opts.app_label}_{self.opts.model_name}_change",
-            args=(quote(keys.to_text(result.key_bytes)),),
+            args=(quote(keys.to_text(bytes(result.pk))),),
             current_app=self.model_admin.admin_site.name,
         )
 
 
 def _messages(obj: QueuedMessage) -> list[Message] | None:
-    cache = getattr(obj, "_decoded", False)
-    if cache is False:
+    """The row's messages, decoded once per request; None for a corrupt row."""
+    if not hasattr(obj, "_decoded"):
         try:
-            cache = codec.decode(bytes(obj.value))
+            decoded: list[Message] | None = codec.decode(bytes(obj.value))
         except codec.CodecError:
-            cache = None
-        obj._decoded = cache  # type: ignore[attr-defined]
-    return cache
+            decoded = None
+        obj._decoded = decoded  # type: ignore[attr-defined]
+    return obj._decoded  # type: ignore[attr-defined]
 
 
 def _first(obj: QueuedMessage) -> Message | None:
@@ -47,14 +47,37 @@ def _first(obj: QueuedMessage) -> Message | None:
     return msgs[0] if msgs else None
 
 
+class QueueFilter(admin.SimpleListFilter):
+    """Filter by queue: a key range, so it stays an index range read at any table size."""
+
+    title = "queue"
+    parameter_name = "queue"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [(name, name) for name in queue.queue_names()]
+
+    def queryset(
+        self, request: HttpRequest, queryset: QuerySet[QueuedMessage]
+    ) -> QuerySet[QueuedMessage]:
+        name = self.value()
+        if not name:
+            return queryset
+        try:
+            low, high = keys.queue_bounds(name)
+        except ValueError:
+            return queryset.none()
+        return queryset.filter(key__gte=low, key__lt=high)
+
+
 @admin.register(QueuedMessage)
 class QueuedMessageAdmin(admin.ModelAdmin):
-    list_display = ["key_short", "queue_name", "subject", "username", "code", "queued_at", "note"]
+    list_display = ["enqueued", "queue_name", "subject", "username", "code", "queued_at", "note"]
+    list_display_links = ["enqueued"]
+    list_filter = [QueueFilter]
     ordering = ["key"]
     list_per_page = 50
     show_full_result_count = False
-    search_fields: list[str] = []
-    fields = ["key_text", "queue_name", "enqueued", "decoded"]
+    fields = ("key_text", "queue_name", "enqueued", "decoded")
     readonly_fields = fields
 
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
@@ -83,11 +106,6 @@ class QueuedMessageAdmin(admin.ModelAdmin):
             queue.dequeue(bytes(key))
 
     @admin.display(description="key")
-    def key_short(self, obj: QueuedMessage) -> str:
-        text = keys.to_text(obj.key_bytes)
-        return text if len(text) <= 24 else f"…{text[-16:]}"
-
-    @admin.display(description="key")
     def key_text(self, obj: QueuedMessage) -> str:
         return keys.to_text(obj.key_bytes)
 
@@ -95,7 +113,7 @@ class QueuedMessageAdmin(admin.ModelAdmin):
     def queue_name(self, obj: QueuedMessage) -> str:
         return obj.queue
 
-    @admin.display(description="enqueued")
+    @admin.display(description="enqueued", ordering="key")
     def enqueued(self, obj: QueuedMessage) -> Any:
         return obj.enqueued_at or "legacy aggregate row"
 
@@ -126,16 +144,16 @@ class QueuedMessageAdmin(admin.ModelAdmin):
             return format_html("<strong>{}</strong>", "corrupt: dropped at next fetch")
         if obj.is_legacy or len(msgs) != 1:
             return f"{len(msgs)} messages: split at next fetch"
-        return str(msgs[0].extra.get("LastError", ""))
+        attempts = msgs[0].extra.get("Attempts")
+        error = str(msgs[0].extra.get("LastError", ""))
+        return f"{attempts} attempts: {error}" if attempts else error
 
     @admin.display(description="messages")
     def decoded(self, obj: QueuedMessage) -> str:
         msgs = _messages(obj)
         if msgs is None:
             return "corrupt row: it does not decode"
-        return format_html(
-            "<pre>{}</pre>", "\n\n".join(_describe(m) for m in msgs) or "(empty)"
-        )
+        return format_html("<pre>{}</pre>", "\n\n".join(_describe(m) for m in msgs) or "(empty)")
 
 
 def _describe(msg: Message) -> str:

@@ -13,23 +13,23 @@ DEFAULT_MAX_QUEUE_AGE = timedelta(days=30)
 
 class Settings:
     @property
-    def MAX_QUEUE_AGE(self) -> timedelta:  # noqa: N802
+    def MAX_QUEUE_AGE(self) -> timedelta:
         """How long a message is retried before fetch drops it (from its `queued_at`)."""
         return getattr(settings, "DEADLETTER_MAX_QUEUE_AGE", DEFAULT_MAX_QUEUE_AGE)
 
     @property
-    def DATABASE(self) -> str:  # noqa: N802
+    def DATABASE(self) -> str:
         """The database alias the queue table lives in."""
         return getattr(settings, "DEADLETTER_DATABASE", DEFAULT_DB_ALIAS)
 
     @property
-    def HANDLERS(self) -> dict[str, Any]:  # noqa: N802
+    def HANDLERS(self) -> dict[str, Any]:
         """Queue name -> dotted path of the callable that redelivers its messages."""
         return getattr(settings, "DEADLETTER_HANDLERS", {})
 
     @property
-    def MAX_ATTEMPTS(self) -> int | None:  # noqa: N802
-        """Drop a message after this many failed drain attempts; None retries until the age limit."""
+    def MAX_ATTEMPTS(self) -> int | None:
+        """Drop a message after this many failed attempts; None retries until the age limit."""
         return getattr(settings, "DEADLETTER_MAX_ATTEMPTS", None)
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
+from deadletter.gotime import GoTime
 from deadletter.messages import EventCode, Message
 from deadletter.queue import fetch_failed_msgs, store_failed_msgs
 
@@ -14,7 +15,7 @@ DEMO = [
     ("webhook-queue", "ucenik1@skole.hr", "Ocjena: Matematika", EventCode.GRADE, ["Ocjena", "5"]),
     ("webhook-queue", "ucenik2@skole.hr", "Pisana provjera iz fizike", EventCode.EXAM, ["03.12."]),
     ("telegram-queue", "ucenik1@skole.hr", "Lektira: Družba Pere Kvržice", EventCode.READING, []),
-    ("telegram-queue", "ucenik3@skole.hr", "Zaključna ocjena: Hrvatski", EventCode.FINAL_GRADE, ["4"]),
+    ("telegram-queue", "ucenik3@skole.hr", "Zaključna ocjena", EventCode.FINAL_GRADE, ["4"]),
     ("discord-queue", "ucenik2@skole.hr", "Nacionalni ispit", EventCode.NATIONAL_EXAM, ["15.05."]),
 ]
 
@@ -33,8 +34,8 @@ class Command(BaseCommand):
             store_failed_msgs(
                 queue,
                 Message(
-                    timestamp=now - age - timedelta(seconds=5),
-                    queued_at=now - age,
+                    timestamp=GoTime.from_datetime(now - age - timedelta(seconds=5)),
+                    queued_at=GoTime.from_datetime(now - age),
                     username=user,
                     subject=subject,
                     descriptions=["Polje"] * len(fields),
