@@ -100,6 +100,15 @@ def test_store_leaves_the_callers_message_alone(clock) -> None:
     assert original.queued_at is None
 
 
+def test_store_retries_a_key_collision_with_a_fresh_key(clock, monkeypatch) -> None:
+    taken = store_failed_msgs("q", msg("first"))
+    issued = iter([taken, keys.new_key("q")])
+    monkeypatch.setattr(keys, "new_key", lambda prefix: next(issued))
+    second = store_failed_msgs("q", msg("second"))
+    assert second != taken
+    assert subjects(fetch_failed_msgs("q")) == ["first", "second"]
+
+
 def test_store_rejects_an_invalid_queue_name() -> None:
     with pytest.raises(ValueError, match="empty"):
         store_failed_msgs("", Message(subject="x"))
