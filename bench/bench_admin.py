@@ -21,6 +21,7 @@ REPEAT = 10
 def fill(raw, queue_names: list[str], total: int, value: bytes) -> None:
     from deadletter import keys
 
+    sql = "INSERT INTO deadletter_queuedmessage (key, value) VALUES (?, ?)"
     batch = []
     for i in range(total):
         batch.append((keys.new_key(queue_names[i % len(queue_names)]), value))
@@ -30,7 +31,7 @@ def fill(raw, queue_names: list[str], total: int, value: bytes) -> None:
             )
             batch.clear()
     if batch:
-        raw.executemany("INSERT INTO deadletter_queuedmessage (key, value) VALUES (?, ?)", batch)
+        raw.executemany(sql, batch)
 
 
 def main() -> None:

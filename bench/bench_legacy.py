@@ -1,0 +1,158 @@
+"""Issue 3: splitting one legacy aggregate row of 200,000 messages.
+
+Prints, for the split the data migration and fetch share (`split_legacy_row`,
+reached through `queue.split_legacy_rows` and through the first
+`iter_failed_msgs`) and for `kvfile.import_kv` of a Go kv file holding the
+same aggregate:
+  time       against raw sqlite3 bulk-INSERTing the same rows in one transaction
+  peak RSS   growth over the process's resident size before the blob was read
+             (goal: < 3x the blob's size)
+Each measured run is a fresh child process, so one run's peak cannot hide in
+another's. BENCH_MESSAGES overrides the 200,000.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from _setup import REPO, django_on_fresh_sqlite, raw_connection
+
+MESSAGES = int(os.environ.get("BENCH_MESSAGES", "200000"))
+QUEUE = "bench-legacy"
+TABLE = "deadletter_queuedmessage"
+KV_SCHEMA = (
+    "CREATE TABLE kv (key BLOB PRIMARY KEY, value BLOB, expires_at INTEGER);"
+    "CREATE INDEX idx_expires_at ON kv(expires_at);"
+)
+
+
+def peak_rss_reset() -> None:
+    """Start the kernel's high-water mark (VmHWM) over from the current RSS."""
+    Path("/proc/self/clear_refs").write_text("5")
+
+
+def status_kb(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise RuntimeError(f"{field} not in /proc/self/status")
+
+
+def child(mode: str, path: Path, kv_path: Path) -> None:
+    os.environ["DEADLETTER_SQLITE_PATH"] = str(path)
+    os.environ.pop("DATABASE_URL", None)
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
+    os.environ.setdefault("DJANGO_DEBUG", "0")  # as in production: no query log
+    sys.path.insert(0, str(REPO))
+    import django
+
+    django.setup()
+    from django.db import connection
+
+    from deadletter import kvfile, queue
+
+    connection.ensure_connection()
+    with connection.cursor() as cursor:  # warm the connection and the SQL paths
+        cursor.execute(f"SELECT COUNT(*) FROM {TABLE}")
+    peak_rss_reset()
+    base_kb = status_kb("VmRSS")
+    start = time.perf_counter()
+    if mode == "migration":
+        split, stored = queue.split_legacy_rows(connection, TABLE)
+        assert (split, stored) == (1, MESSAGES), (split, stored)
+    elif mode == "fetch":
+        first = next(queue.iter_failed_msgs(QUEUE))  # splits the aggregate, then reads
+        assert first.msg.subject == "Ocjena 0: Matematika", first
+    else:
+        report = kvfile.import_kv(kv_path)
+        assert report.total.written == MESSAGES, report.total
+    elapsed = time.perf_counter() - start
+    peak_kb = status_kb("VmHWM")
+    print(json.dumps({"seconds": elapsed, "growth": (peak_kb - base_kb) * 1024}))
+
+
+def measure(mode: str, path: Path, kv_path: Path) -> dict[str, float]:
+    out = subprocess.run(
+        [sys.executable, __file__, "--child", mode, str(path), str(kv_path)],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        child(sys.argv[2], Path(sys.argv[3]), Path(sys.argv[4]))
+        return
+    path = django_on_fresh_sqlite("legacy")
+    kv_path = path.with_name("legacy-kv.sqlite")
+    kv_path.unlink(missing_ok=True)
+
+    from deadletter import codec
+    from deadletter.gotime import GoTime
+    from deadletter.messages import Message
+
+    queued = GoTime.now()
+    blob = codec.encode(
+        [
+            Message(
+                timestamp=queued,
+                queued_at=queued,
+                username=f"ucenik{i % 500}@skole.hr",
+                subject=f"Ocjena {i}: Matematika",
+                descriptions=["Datum", "Ocjena", "Napomena"],
+                fields=["27.11.2026.", str(i % 5 + 1), "Usmeno odgovaranje"],
+                code=i % 5,
+            )
+            for i in range(MESSAGES)
+        ]
+    )
+    raw = raw_connection(path)
+    raw.execute(f"INSERT INTO {TABLE} (key, value) VALUES (?, ?)", (QUEUE.encode(), blob))
+    kv = sqlite3.connect(kv_path)
+    kv.executescript(KV_SCHEMA)
+    kv.execute("INSERT INTO kv (key, value) VALUES (?, ?)", (QUEUE.encode(), blob))
+    kv.commit()
+    kv.close()
+
+    migration = measure("migration", path, kv_path)
+    rows = raw.execute(f"SELECT key, value FROM {TABLE} ORDER BY key").fetchall()
+    assert len(rows) == MESSAGES
+    raw.execute(f"DELETE FROM {TABLE}")
+    raw.execute(f"INSERT INTO {TABLE} (key, value) VALUES (?, ?)", (QUEUE.encode(), blob))
+    fetch = measure("fetch", path, kv_path)
+    raw.execute(f"DELETE FROM {TABLE}")
+    imported = measure("import", path, kv_path)
+    raw.execute(f"DELETE FROM {TABLE}")
+
+    start = time.perf_counter()
+    raw.execute("BEGIN")
+    raw.executemany(f"INSERT INTO {TABLE} (key, value) VALUES (?, ?)", rows)
+    raw.execute("COMMIT")
+    raw_seconds = time.perf_counter() - start
+
+    mb = 1024 * 1024
+    print(f"legacy aggregate: {MESSAGES} messages, blob {len(blob) / mb:.1f} MB")
+    print(f"raw sqlite3 bulk INSERT of the same rows: {raw_seconds:.2f} s")
+    results = (
+        ("migration (split_legacy_rows)", migration),
+        ("first fetch (iter_failed_msgs)", fetch),
+        ("import_kv", imported),
+    )
+    for name, result in results:
+        print(
+            f"{name}: {result['seconds']:.2f} s ({result['seconds'] / raw_seconds:.1f}x raw), "
+            f"peak RSS growth {result['growth'] / mb:.1f} MB "
+            f"({result['growth'] / len(blob):.2f}x the blob; goal < 3x)"
+        )
+
+
+if __name__ == "__main__":
+    main()
