@@ -403,7 +403,9 @@ def split_legacy_row(
     is deleted in the same transaction that stores its messages: a crash
     leaves either the aggregate or all of its rows. The blob is decoded item
     by item and written in batches, so memory stays bounded by the blob.
-    Used by `fetch_failed_msgs` and by the data migration alike.
+    Used by `fetch_failed_msgs` and by the data migration alike; the rows
+    themselves come from `legacy_message_rows`, which the kv import and
+    export share.
 
     Raises `codec.CodecError` for a corrupt blob (nothing written) and
     `_Conflict` if another reader split it first.
@@ -601,6 +603,11 @@ def drop_msg(key: bytes, msg: Message | None, reason: str) -> bool:
     return bool(deleted)
 
 
+def atomic() -> transaction.Atomic:
+    """A transaction on the queue's database: claim a row and settle it in one."""
+    return transaction.atomic(using=conf.DATABASE)
+
+
 @contextlib.contextmanager
 def claiming(
     queue: str, *, after: bytes | None = None, until: bytes | None = None
@@ -662,6 +669,41 @@ def claim_failed_msg(
         bound, inclusive = key, False
 
 
+def fetch_msg(key: bytes) -> Queued | None:
+    """The message of the one row `key`, the rules of `iter_failed_msgs` applied
+    (a zero `queued_at` stamped, an expired message or a corrupt row dropped, a
+    multi-message row split with its first message keeping the key); None when
+    there is nothing to hand over. Inside a transaction on a database that
+    `can_claim_rows`, the row is locked `FOR UPDATE SKIP LOCKED`, and None also
+    means another drain holds it. Never raises for database or data problems.
+    """
+    key = bytes(key)
+    connection = _connection()
+    table = _quoted(connection, TABLE)
+    lock = ""
+    if connection.in_atomic_block and can_claim_rows():
+        lock = " " + connection.ops.for_update_sql(skip_locked=True)
+    name = keys.queue_of(key)
+    prefix = key.partition(keys.SEPARATOR)[0]
+    for _ in range(_REREAD_LIMIT):
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute(f"SELECT key, value FROM {table} WHERE key = %s{lock}", (key,))  # noqa: S608
+                row = cursor.fetchone()
+        except DatabaseError:
+            logger.exception("fetch failed key=%s", key.hex())
+            return None
+        if row is None:
+            return None
+        value = bytes(row[1]) if row[1] is not None else b""
+        outcome = _process_row(connection, name, prefix, key, value)
+        if isinstance(outcome, Queued):
+            return outcome
+        if outcome is not _REREAD:
+            return None
+    return None
+
+
 def preview_failed_msgs(queue: str, batch_size: int = 1000) -> Iterator[Preview]:
     """Every message of `queue` oldest first with what a drain would do to it,
     read only: no row is split, stamped or deleted (for `--dry-run`)."""
@@ -690,6 +732,17 @@ def preview_failed_msgs(queue: str, batch_size: int = 1000) -> Iterator[Preview]
         if len(rows) < batch_size:
             return
         after, op = rows[-1][0], ">"
+
+
+def queue_names() -> list[str]:
+    """The name of every queue that holds a row, in key order: one index seek a queue."""
+    connection = _connection()
+    try:
+        heads = list(iter_queue_heads(connection, TABLE))
+    except DatabaseError:
+        logger.exception("listing queues failed")
+        return []
+    return [keys.queue_of(head) for head in heads]
 
 
 # --- async twins -----------------------------------------------------------
@@ -846,7 +899,7 @@ def fold_queue_rows(
     either as it was or folded. A row that does not decode is left in place
     (logged), never folded into the aggregate: one bad row must not make the
     whole queue unreadable. Rows are read in key pages and only the aggregate being
-    built is held, so memory stays near the aggregate's size.
+    built is held, so memory stays near twice the aggregate's size.
     """
     quoted = _quoted(connection, table)
     queue = prefix.decode("utf-8", errors="replace")
@@ -889,10 +942,11 @@ def fold_queue_rows(
                 cursor.executemany(f"DELETE FROM {quoted} WHERE key = %s", folded)  # noqa: S608
             after, op = bytes(rows[-1][0]), ">"
         if count:
-            body[0:0] = _cbor_array_head(count)
+            value = _cbor_array_head(count) + bytes(body)
+            del body
             cursor.execute(
                 f"INSERT INTO {quoted} (key, value) VALUES (%s, %s)",  # noqa: S608
-                (prefix, body),
+                (prefix, value),
             )
     logger.info("folded queue into a legacy row queue=%s messages=%s", queue, count)
     return count

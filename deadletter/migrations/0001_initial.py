@@ -4,23 +4,23 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
-    dependencies = [
-    ]
+    dependencies = []
 
     operations = [
         migrations.CreateModel(
-            name='QueuedMessage',
+            name="QueuedMessage",
             fields=[
-                ('key', models.BinaryField(max_length=272, primary_key=True, serialize=False)),
-                ('value', models.BinaryField()),
+                ("key", models.BinaryField(max_length=272, primary_key=True, serialize=False)),
+                ("value", models.BinaryField()),
             ],
             options={
-                'verbose_name': 'queued message',
-                'verbose_name_plural': 'queued messages',
-                'permissions': [('drain_queuedmessage', 'Can hand queued messages back to their handler')],
+                "verbose_name": "queued message",
+                "verbose_name_plural": "queued messages",
+                "permissions": [
+                    ("drain_queuedmessage", "Can hand queued messages back to their handler")
+                ],
             },
         ),
     ]

@@ -1,0 +1,37 @@
+"""`manage.py deadletter_export_kv PATH [--queue NAME ...]`."""
+
+from __future__ import annotations
+
+from argparse import ArgumentParser
+from pathlib import Path
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError
+
+from deadletter import kvfile
+from deadletter.management.commands.deadletter_import_kv import queue_name
+
+
+class Command(BaseCommand):
+    help = (
+        "Write the queues into a kv SQLite file the Go program reads (created if missing), "
+        "one row per message. A second run writes nothing twice."
+    )
+
+    def add_arguments(self, parser: ArgumentParser) -> None:
+        parser.add_argument("path", type=Path, help="the SQLite file to write")
+        parser.add_argument(
+            "--queue",
+            action="append",
+            dest="queues",
+            type=queue_name,
+            metavar="NAME",
+            help="export only this queue (repeat for several); default: every queue",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        try:
+            report = kvfile.export_kv(options["path"], queues=options["queues"])
+        except kvfile.KvFileError as exc:
+            raise CommandError(str(exc)) from exc
+        self.stdout.write(kvfile.format_report(report))

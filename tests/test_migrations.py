@@ -1,0 +1,291 @@
+from __future__ import annotations
+
+import logging
+import random
+import signal
+import subprocess
+import sys
+import time
+import tracemalloc
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import time_machine
+from django.core.management import call_command
+from django.db import connection
+from django.db.migrations.recorder import MigrationRecorder
+
+from deadletter import codec, keys, queue
+from deadletter.gotime import GoTime
+from deadletter.messages import Message
+from deadletter.models import QueuedMessage
+from deadletter.queue import fetch_failed_msgs, store_failed_msgs
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+REPO = Path(__file__).resolve().parents[1]
+TABLE = QueuedMessage._meta.db_table
+SPLIT = "0002_split_legacy_blobs"
+NOW = "2026-11-29T12:00:00Z"
+QUEUED = GoTime.parse("2026-11-29T11:00:00Z")
+NEWER_NS = GoTime.parse("2026-11-29T11:30:00Z").unix_ns
+
+
+@pytest.fixture
+def before_split(transactional_db: None) -> Iterator[None]:
+    """The database as the release before the split left it; the full schema again afterwards."""
+    call_command("migrate", "deadletter", "0001", verbosity=0)
+    yield
+    call_command("migrate", "deadletter", verbosity=0)
+
+
+def migrate_forward() -> None:
+    call_command("migrate", "deadletter", verbosity=0)
+
+
+def migrate_back() -> None:
+    call_command("migrate", "deadletter", "0001", verbosity=0)
+
+
+def msg(subject: str, **kw: object) -> Message:
+    return Message(subject=subject, queued_at=kw.pop("queued_at", QUEUED), **kw)  # type: ignore[arg-type]
+
+
+def put_legacy(queue_name: str, messages: list[Message]) -> None:
+    QueuedMessage.objects.create(key=queue_name.encode(), value=codec.encode(messages))
+
+
+def rows(queue_name: str | None = None) -> list[tuple[bytes, bytes]]:
+    """Every row (of one queue), in key order: the order fetch reads."""
+    found = [(bytes(k), bytes(v)) for k, v in QueuedMessage.objects.values_list("key", "value")]
+    found.sort()
+    if queue_name is None:
+        return found
+    return [(k, v) for k, v in found if keys.queue_of(k) == queue_name]
+
+
+def stored_subjects(queue_name: str) -> list[str]:
+    return [m.subject for _, v in rows(queue_name) for m in codec.decode(v)]
+
+
+def is_applied(name: str) -> bool:
+    return ("deadletter", name) in MigrationRecorder(connection).applied_migrations()
+
+
+# --- forwards ------------------------------------------------------------------
+
+
+def test_every_legacy_row_becomes_per_message_rows_in_order_ahead_of_the_queues_rows(
+    before_split: None,
+) -> None:
+    with time_machine.travel(NOW, tick=False):
+        store_failed_msgs("a", msg("a newer"))
+    put_legacy("a", [msg("a old 1"), msg("a old 2"), msg("a old 3")])
+    put_legacy("b", [msg("b old 1"), msg("b old 2")])
+    migrate_forward()
+    assert stored_subjects("a") == ["a old 1", "a old 2", "a old 3", "a newer"]
+    assert stored_subjects("b") == ["b old 1", "b old 2"]
+    assert [len(codec.decode(v)) for _, v in rows()] == [1] * 6
+
+
+def test_the_aggregate_row_is_gone_after_the_split(before_split: None) -> None:
+    put_legacy("a", [msg("one")])
+    migrate_forward()
+    assert all(not keys.is_legacy_key(k) for k, _ in rows())
+
+
+def test_split_messages_keep_their_bytes(before_split: None) -> None:
+    originals = [msg("one", fields=["x", ""], skip_recipients=[]), msg("two", extra={"New": 1})]
+    put_legacy("a", originals)
+    migrate_forward()
+    assert [v for _, v in rows("a")] == [codec.encode_one(m) for m in originals]
+
+
+def test_the_migration_drops_nothing_for_age(before_split: None) -> None:
+    put_legacy("a", [msg("ancient", queued_at=GoTime.parse("2020-01-01T00:00:00Z"))])
+    migrate_forward()
+    assert stored_subjects("a") == ["ancient"]
+
+
+def test_a_corrupt_aggregate_is_left_for_fetch_and_the_others_split(
+    before_split: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    QueuedMessage.objects.create(key=b"broken", value=b"\x83\xa1")
+    put_legacy("fine", [msg("one")])
+    with caplog.at_level(logging.ERROR, logger="deadletter"):
+        migrate_forward()
+    assert "legacy row left unsplit queue=broken" in caplog.text
+    assert [k for k, _ in rows("broken")] == [b"broken"]
+    assert stored_subjects("fine") == ["one"]
+    assert is_applied(SPLIT)
+
+
+def test_migration_and_fetch_read_the_split_queue_alike(before_split: None) -> None:
+    put_legacy("a", [msg("one"), msg("two")])
+    migrate_forward()
+    with time_machine.travel(NOW, tick=False):
+        fetched = fetch_failed_msgs("a")
+    assert [(q.key, codec.encode_one(q.msg)) for q in fetched] == rows("a")
+
+
+def test_the_split_holds_one_message_at_a_time_not_the_whole_aggregate(
+    before_split: None,
+) -> None:
+    messages = [msg(f"message {i}", fields=["x" * 20, str(i)]) for i in range(20_000)]
+    blob = codec.encode(messages)
+    del messages
+    QueuedMessage.objects.create(key=b"big", value=blob)
+    tracemalloc.start()
+    try:
+        split, stored = queue.split_legacy_rows(connection, TABLE)  # what the migration runs
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert (split, stored) == (1, 20_000)
+    # The blob read back, plus a batch of rows: 20,000 decoded messages held
+    # at once would be several times the blob.
+    assert peak < 2 * len(blob)
+
+
+# --- backwards -----------------------------------------------------------------
+
+
+def test_downgrade_folds_each_queue_into_one_aggregate_in_key_order(transactional_db: None) -> None:
+    with time_machine.travel(NOW, tick=True):
+        for name in ("first", "second", "third"):
+            store_failed_msgs("a", msg(name))
+        store_failed_msgs("b", msg("only"))
+    QueuedMessage.objects.create(
+        key=keys.make_key("a", NEWER_NS * 2, 1), value=codec.encode([msg("x"), msg("y")])
+    )
+    migrate_back()
+    try:
+        assert [k for k, _ in rows()] == [b"a", b"b"]
+        (aggregate,) = (v for _, v in rows("a"))
+        assert [m.subject for m in codec.decode(aggregate)] == [
+            "first",
+            "second",
+            "third",
+            "x",
+            "y",
+        ]
+    finally:
+        migrate_forward()
+
+
+def test_the_folded_aggregate_holds_each_message_byte_for_byte(transactional_db: None) -> None:
+    originals = [msg("one", descriptions=[], fields=None), msg("two", extra={"Later": [1, 2]})]
+    with time_machine.travel(NOW, tick=True):
+        for m in originals:
+            store_failed_msgs("a", m)
+    migrate_back()
+    try:
+        assert rows() == [(b"a", codec.encode(originals))]
+    finally:
+        migrate_forward()
+
+
+def test_a_downgrade_then_upgrade_loses_nothing(transactional_db: None) -> None:
+    with time_machine.travel(NOW, tick=True):
+        for i in range(5):
+            store_failed_msgs("a", msg(f"a{i}"))
+        store_failed_msgs("b", msg("b0"))
+        before = {q: [x.msg for x in fetch_failed_msgs(q)] for q in ("a", "b")}
+        migrate_back()
+        migrate_forward()
+        after = {q: [x.msg for x in fetch_failed_msgs(q)] for q in ("a", "b")}
+    assert after == before
+
+
+def test_a_downgrade_leaves_a_corrupt_row_in_place_rather_than_fold_it(
+    transactional_db: None,
+) -> None:
+    bad = keys.make_key("a", NEWER_NS, 1)
+    QueuedMessage.objects.create(key=bad, value=b"corrupted cbor data")
+    with time_machine.travel(NOW, tick=False):
+        store_failed_msgs("a", msg("fine"))
+    migrate_back()
+    try:
+        assert [k for k, _ in rows()] == [b"a", bad]
+        assert [m.subject for m in codec.decode(rows()[0][1])] == ["fine"]
+    finally:
+        migrate_forward()
+
+
+# --- crash safety ----------------------------------------------------------------
+
+CRASH_QUEUES = [f"crash-{i}" for i in range(6)]
+CRASH_LEGACY = 1500
+CRASH_NEWER = 3
+CRASH_RUNS = 20
+
+
+def crash_fixture() -> tuple[list[tuple[bytes, bytes]], dict[str, list[str]]]:
+    """The rows a pre-split database holds, and what each queue must read afterwards."""
+    fixture: list[tuple[bytes, bytes]] = []
+    expected: dict[str, list[str]] = {}
+    for name in CRASH_QUEUES:
+        legacy = [msg(f"{name} legacy {i:05}") for i in range(CRASH_LEGACY)]
+        newer = [msg(f"{name} newer {i}") for i in range(CRASH_NEWER)]
+        fixture.append((name.encode(), codec.encode(legacy)))
+        fixture += [
+            (keys.make_key(name, NEWER_NS + i, 1), codec.encode_one(m)) for i, m in enumerate(newer)
+        ]
+        expected[name] = [m.subject for m in legacy + newer]
+    return fixture, expected
+
+
+def assert_each_aggregate_whole_or_fully_split(expected: dict[str, list[str]]) -> None:
+    for name, subjects in expected.items():
+        found = rows(name)
+        if found[0][0] == name.encode():
+            assert len(found) == 1 + CRASH_NEWER, f"{name}: aggregate and split rows side by side"
+        else:
+            assert stored_subjects(name) == subjects, f"{name}: split incomplete"
+
+
+@pytest.mark.slow
+def test_a_migration_killed_at_random_points_then_rerun_keeps_every_message_once_in_order(
+    before_split: None, subprocess_env: dict[str, str]
+) -> None:
+    fixture, expected = crash_fixture()
+    seed = random.randrange(1 << 32)
+    rng = random.Random(seed)
+    outcomes: list[int] = []
+    for _run in range(CRASH_RUNS):
+        QueuedMessage.objects.all().delete()
+        QueuedMessage.objects.bulk_create(QueuedMessage(key=k, value=v) for k, v in fixture)
+        MigrationRecorder(connection).record_unapplied("deadletter", SPLIT)
+        child = subprocess.Popen(
+            [sys.executable, "manage.py", "migrate", "deadletter", "--no-input"],
+            cwd=REPO,
+            env=subprocess_env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert child.stderr is not None
+        # Let a random number of queues finish, then kill at a random moment:
+        # inside the next split's transaction, between two, or after the last.
+        wait_for = rng.randrange(len(CRASH_QUEUES) + 1)
+        finished = 0
+        while finished < wait_for:
+            line = child.stderr.readline()
+            if not line:
+                break
+            finished += "split legacy row" in line
+        time.sleep(rng.uniform(0, 0.15))
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+        child.stderr.close()
+        outcomes.append(sum(1 for k, _ in rows() if keys.is_legacy_key(k)))
+        assert_each_aggregate_whole_or_fully_split(expected)
+
+        migrate_forward()
+
+        assert is_applied(SPLIT)
+        assert not any(keys.is_legacy_key(k) for k, _ in rows()), f"seed={seed}"
+        for name, subjects in expected.items():
+            assert stored_subjects(name) == subjects, f"seed={seed} queue={name}"
+    print(f"seed={seed} aggregates left by each kill: {outcomes}")
