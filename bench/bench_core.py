@@ -24,6 +24,7 @@ from _setup import REPO, django_on_fresh_sqlite, raw_connection, rss_bytes
 ROWS = int(os.environ.get("BENCH_ROWS", "1000000"))
 OPS = 3000
 ROUNDS = 5
+SCAN_ROUNDS = 4
 
 
 def best(fn, rounds: int = ROUNDS) -> float:
@@ -142,7 +143,7 @@ def main() -> None:
 
     app_runs = []
     raw_runs = []
-    for _ in range(2):
+    for _ in range(SCAN_ROUNDS):
         app_runs.append(child("app"))
         raw_runs.append(child("raw"))
     app_scan = max(app_runs, key=lambda r: r["rate"])

@@ -21,10 +21,11 @@ from typing import Any
 import cbor2
 
 from deadletter.exceptions import DeadletterError
-from deadletter.gotime import GoTime
-from deadletter.messages import Message
+from deadletter.gotime import GoTime, _canonical, _set_v, from_go_text
+from deadletter.gotime import read_go_text as _read_go_text
+from deadletter.messages import EventCode, Message
 
-__all__ = ["CodecError", "decode", "encode", "encode_one", "iter_decode"]
+__all__ = ["CodecError", "decode", "decode_single", "encode", "encode_one", "iter_decode"]
 
 
 class CodecError(DeadletterError, ValueError):
@@ -32,6 +33,20 @@ class CodecError(DeadletterError, ValueError):
 
 
 _NS = 1_000_000_000
+_GO_KEYS = (
+    "Timestamp",
+    "QueuedAt",
+    "Username",
+    "Subject",
+    "Descriptions",
+    "Fields",
+    "SkipRecipients",
+    "Code",
+)
+_EVENT_CODES: dict[int, int] = {int(code): code for code in EventCode}
+_new = object.__new__
+_join = "".join
+_loads = cbor2.loads
 _GO_ZERO_NS = GoTime.parse("0001-01-01T00:00:00Z").unix_ns
 _MIN_EPOCH_NS = GoTime.parse("0000-01-01T00:00:00Z").unix_ns
 _MAX_EPOCH_NS = GoTime.parse("9999-12-31T23:59:59.999999999Z").unix_ns
@@ -77,8 +92,9 @@ def _keep_tag(tag: int) -> Callable[[Any, bool], cbor2.CBORTag]:
     return keep
 
 
+_SEMANTIC_DECODERS = {tag: _keep_tag(tag) for tag in _RAW_TAGS}
 _DECODER_OPTIONS: dict[str, Any] = {
-    "semantic_decoders": {tag: _keep_tag(tag) for tag in _RAW_TAGS},
+    "semantic_decoders": _SEMANTIC_DECODERS,
     # Go's field names are text; refusing other keys also keeps crafted
     # integer keys with colliding hashes from making a dict quadratic.
     "strict_hashable_types": True,
@@ -92,15 +108,51 @@ def decode(value: bytes) -> list[Message]:
     """
     if not value:
         return []
-    value = _without_self_described_prefix(bytes(value))
+    if type(value) is not bytes:
+        value = bytes(value)
+    if value[0] == 0x81 and len(value) > 1:
+        # A per-message row: an array of one, which `_array_head` would pass.
+        try:
+            items = _loads(
+                value,
+                max_depth=_MAX_DEPTH,
+                semantic_decoders=_SEMANTIC_DECODERS,
+                strict_hashable_types=True,
+            )
+        except _DECODE_FAILURES as exc:
+            raise CodecError(f"undecodable CBOR: {exc}") from exc
+        return [_message(items[0], 0)]
+    value = _without_self_described_prefix(value)
     count, _ = _array_head(value)
     if count == 0:
         return []
     try:
-        items = cbor2.loads(value, max_depth=_MAX_DEPTH, **_DECODER_OPTIONS)
+        items = _loads(
+            value,
+            max_depth=_MAX_DEPTH,
+            semantic_decoders=_SEMANTIC_DECODERS,
+            strict_hashable_types=True,
+        )
     except _DECODE_FAILURES as exc:
         raise CodecError(f"undecodable CBOR: {exc}") from exc
     return [_message(item, index) for index, item in enumerate(items)]
+
+
+def decode_single(value: bytes) -> Message | None:
+    """The message of a per-message row (an array of one), or None for any other
+    shape, which `decode` then reads: the scan's fast path, one call a row."""
+    if type(value) is not bytes or len(value) < 2 or value[0] != 0x81:
+        return None
+    try:
+        items = _loads(
+            value,
+            max_depth=_MAX_DEPTH,
+            semantic_decoders=_SEMANTIC_DECODERS,
+            strict_hashable_types=True,
+        )
+    except _DECODE_FAILURES as exc:
+        raise CodecError(f"undecodable CBOR: {exc}") from exc
+    return _message(items[0], 0)
 
 
 def iter_decode(value: bytes) -> Iterator[Message]:
@@ -181,6 +233,75 @@ def _array_head(value: bytes) -> tuple[int, int]:
 
 
 def _message(item: Any, index: int) -> Message:
+    if type(item) is not dict or tuple(item) != _GO_KEYS:
+        return _generic_message(item, index)
+    # The shape Go writes, its eight fields in order and nothing else: the
+    # same checks as `_generic_message`, inline for the types Go writes, with
+    # the converters' error paths for anything else.
+    timestamp, queued_at, username, subject, descriptions, fields, skip, code = item.values()
+    if type(timestamp) is str:
+        text = timestamp
+        if _canonical(text) is not None and text >= "0002":
+            timestamp = _new(GoTime)  # keeps the text; read when first needed
+            _set_v(timestamp, text)
+        else:
+            timestamp = _go_text(text, index, "Timestamp")
+    elif timestamp is not None:
+        timestamp = _time(timestamp, index, "Timestamp")
+    if type(queued_at) is str:
+        # The queue reads every `queued_at` (the age rule): read it at once
+        # when that is cheap (an hour seen before), else as for `timestamp`.
+        text = queued_at
+        queued_at = _read_go_text(text)
+        if queued_at is not None:
+            pass
+        elif _canonical(text) is not None and text >= "0002":
+            queued_at = _new(GoTime)
+            _set_v(queued_at, text)
+        else:
+            queued_at = _go_text(text, index, "QueuedAt")
+    elif queued_at is not None:
+        queued_at = _time(queued_at, index, "QueuedAt")
+    if type(username) is not str:
+        username = _text(username, index, "Username")
+    if type(subject) is not str:
+        subject = _text(subject, index, "Subject")
+    try:
+        # Joining checks that every element is a str, in C.
+        if type(descriptions) is list:
+            _join(descriptions)
+        elif descriptions is not None:
+            raise TypeError
+        if type(fields) is list:
+            _join(fields)
+        elif fields is not None:
+            raise TypeError
+        if type(skip) is list:
+            _join(skip)
+        elif skip is not None:
+            raise TypeError
+    except TypeError:
+        descriptions = _text_list(descriptions, index, "Descriptions")
+        fields = _text_list(fields, index, "Fields")
+        skip = _text_list(skip, index, "SkipRecipients")
+    if type(code) is not int or not 0 <= code <= _MAX_CODE:
+        code = _code(code, index, "Code")
+    msg = _new(Message)
+    msg.__dict__ = {
+        "timestamp": timestamp,
+        "queued_at": queued_at,
+        "username": username,
+        "subject": subject,
+        "descriptions": descriptions,
+        "fields": fields,
+        "skip_recipients": skip,
+        "code": _EVENT_CODES.get(code, code),
+        "extra": {},
+    }
+    return msg
+
+
+def _generic_message(item: Any, index: int) -> Message:
     if type(item) is not dict:
         raise CodecError(f"message {index}: expected a map, got {_kind(item)}")
     values: dict[str, Any] = {}
@@ -199,6 +320,15 @@ def _message(item: Any, index: int) -> Message:
     return Message(**values, extra=extra)
 
 
+def _go_text(text: str, index: int, name: str) -> GoTime | None:
+    """A time as Go writes it: text, kept as it came when it is Go's canonical form."""
+    try:
+        time = from_go_text(text)
+    except ValueError as exc:
+        raise CodecError(f"message {index}: {name}: {exc}") from None
+    return None if text < "0002" and time.is_zero() else time
+
+
 def _time(raw: Any, index: int, name: str) -> GoTime | None:
     kind = type(raw)
     if kind is str:
@@ -213,11 +343,7 @@ def _time(raw: Any, index: int, name: str) -> GoTime | None:
         return _epoch(raw.value, index, name)
     else:
         raise _wrong_type(index, name, "an RFC 3339 time or an epoch", raw)
-    try:
-        time = GoTime.parse(text)
-    except ValueError as exc:
-        raise CodecError(f"message {index}: {name}: {exc}") from None
-    return None if time.unix_ns == _GO_ZERO_NS else time
+    return _go_text(text, index, name)
 
 
 def _epoch(seconds: int | float, index: int, name: str) -> GoTime | None:
@@ -338,7 +464,7 @@ def encode_one(msg: Message) -> bytes:
 
 
 def _wire_map(msg: Message, index: int) -> dict[str, Any]:
-    if not isinstance(msg, Message):
+    if type(msg) is not Message and not isinstance(msg, Message):
         raise CodecError(f"message {index}: expected a Message, got {type(msg).__name__}")
     username, subject, code = msg.username, msg.subject, msg.code
     if type(username) is not str:
@@ -346,19 +472,31 @@ def _wire_map(msg: Message, index: int) -> dict[str, Any]:
     if type(subject) is not str:
         raise _wrong_type(index, "Subject", "a str", subject)
     if type(code) is not int:
-        if not isinstance(code, int) or isinstance(code, bool):
+        if type(code) is EventCode:
+            code = code._value_
+        elif not isinstance(code, int) or isinstance(code, bool):
             raise _wrong_type(index, "Code", "an int", code)
-        code = int(code)
+        else:
+            code = int(code)
     if not 0 <= code <= _MAX_CODE:
         raise CodecError(f"message {index}: Code: {code} is outside 0..{_MAX_CODE}")
+    timestamp: str | None = None
+    queued_at: str | None = None
+    if msg.timestamp is not None:
+        timestamp = _wire_time(msg.timestamp, index, "Timestamp")
+    if msg.queued_at is not None:
+        queued_at = _wire_time(msg.queued_at, index, "QueuedAt")
+    descriptions = _wire_list(msg.descriptions, index, "Descriptions")
+    fields = _wire_list(msg.fields, index, "Fields")
+    skip = _wire_list(msg.skip_recipients, index, "SkipRecipients")
     wire = {
-        "Timestamp": _wire_time(msg.timestamp, index, "Timestamp"),
-        "QueuedAt": _wire_time(msg.queued_at, index, "QueuedAt"),
+        "Timestamp": timestamp,
+        "QueuedAt": queued_at,
         "Username": username,
         "Subject": subject,
-        "Descriptions": _wire_list(msg.descriptions, index, "Descriptions"),
-        "Fields": _wire_list(msg.fields, index, "Fields"),
-        "SkipRecipients": _wire_list(msg.skip_recipients, index, "SkipRecipients"),
+        "Descriptions": descriptions,
+        "Fields": fields,
+        "SkipRecipients": skip,
         "Code": code,
     }
     if msg.extra:
@@ -371,17 +509,15 @@ def _wire_map(msg: Message, index: int) -> dict[str, Any]:
     return wire
 
 
-def _wire_time(time: GoTime | datetime | None, index: int, name: str) -> str | None:
-    if time is None:
-        return None
-    if not isinstance(time, GoTime):
+def _wire_time(time: GoTime | datetime, index: int, name: str) -> str | None:
+    if type(time) is not GoTime and not isinstance(time, GoTime):
         if not isinstance(time, datetime):
             raise _wrong_type(index, name, "a GoTime, datetime or None", time)
         try:
             time = GoTime.from_datetime(time)
         except ValueError as exc:
             raise CodecError(f"message {index}: {name}: {exc}") from None
-    if time.unix_ns == _GO_ZERO_NS:
+    if time.is_zero():
         return None
     try:
         return time.format()
@@ -394,9 +530,10 @@ def _wire_list(items: list[str] | None, index: int, name: str) -> list[str] | No
         return None
     if type(items) is not list and type(items) is not tuple:
         raise _wrong_type(index, name, "a list of str or None", items)
-    for position, item in enumerate(items):
+    for item in items:
         if type(item) is not str:
-            raise _wrong_type(index, f"{name}[{position}]", "a str", item)
+            position = next(at for at, each in enumerate(items) if type(each) is not str)
+            raise _wrong_type(index, f"{name}[{position}]", "a str", items[position])
     return items
 
 

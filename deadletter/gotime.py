@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import FrozenInstanceError
 from datetime import UTC, datetime, timedelta, timezone
 from functools import lru_cache
 from typing import Any
@@ -29,28 +29,99 @@ _RFC3339 = re.compile(
     r"(\d{4}-\d\d-\d\d)T(\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))?(?:Z|([+-]\d\d:\d\d))",
     re.ASCII,
 )
+# Exactly the text `format()` writes: a real calendar date (Feb 29 only in
+# leap years), a time of day, a fraction without trailing zeros, 'Z' for
+# offset 0 and ±hh:mm otherwise, within Go's offset bounds. Such text is kept
+# and read lazily; anything else goes through `_RFC3339` and is checked there.
+_CANONICAL_DATE = (
+    r"(?:\d{4}-(?:(?:0[1-9]|1[0-2])-(?:0[1-9]|1\d|2[0-8])"
+    r"|(?:0[13-9]|1[0-2])-(?:29|30)"
+    r"|(?:0[13578]|1[02])-31)"
+    r"|(?:\d\d(?:0[48]|[2468][048]|[13579][26])|(?:[02468][048]|[13579][26])00)-02-29)"
+)
+_CANONICAL_TAIL = (
+    r":[0-5]\d:[0-5]\d(?:\.\d{0,8}[1-9])?"
+    r"(?:Z|[+-](?:(?:0[1-9]|1\d|2[0-4]):[0-5]\d|00:(?:0[1-9]|[1-5]\d)))"
+)
+_canonical = re.compile(
+    _CANONICAL_DATE + r"T(?:[01]\d|2[0-3])" + _CANONICAL_TAIL, re.ASCII
+).fullmatch
+# The same after a checked "YYYY-MM-DDTHH" (use with pos=13).
+_canonical_tail = re.compile(_CANONICAL_TAIL, re.ASCII).fullmatch
 _TWO_DIGITS = tuple(f"{number:02d}" for number in range(100))
 _VALUE_OF = {text: number for number, text in enumerate(_TWO_DIGITS)}
+_SECONDS_OF_MINUTE_SECOND = {
+    f"{minute:02d}:{second:02d}": minute * 60 + second
+    for minute in range(60)
+    for second in range(60)
+}
 
 # Times in one queue share few dates and offsets: their text is computed once.
 _CACHE_LIMIT = 4096
 _days_of_date: dict[str, int] = {}
 _date_of_days: dict[int, str] = {}
 _offset_of_zone: dict[str, int] = {}
+_seconds_of_hour: dict[str, int] = {}
 _zone_of_offset: dict[int, str] = {}
 
 
-@dataclass(frozen=True, slots=True)
 class GoTime:
     """An instant (`unix_ns`) and the UTC offset in seconds (`offset`) Go wrote it in.
 
     Equality compares both fields, like the bytes on the wire do; ordering
     compares the instant only, so two spellings of one instant are neither
-    less nor greater than each other, yet not equal.
+    less nor greater than each other, yet not equal. Immutable.
+
+    A time parsed from Go's canonical text keeps that text: `format()`
+    returns it as is, and `unix_ns` / `offset` are worked out from it on
+    first use (the text was fully checked when it was parsed).
     """
 
-    unix_ns: int
-    offset: int = 0
+    # `_v` is `(unix_ns, offset, text)`, text being `format()` once known;
+    # or, until the instant is first needed, the canonical text `parse`
+    # checked. One slot, so a reader in another thread sees all or nothing.
+    __slots__ = ("_v",)
+    __match_args__ = ("unix_ns", "offset")
+    _v: Any
+
+    def __init__(self, unix_ns: int, offset: int = 0) -> None:
+        if type(unix_ns) is str:
+            raise TypeError("unix_ns is an int of nanoseconds; GoTime.parse reads text")
+        _set_v(self, (unix_ns, offset, None))
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise FrozenInstanceError(f"cannot delete field {name!r}")
+
+    def __reduce__(self) -> tuple[type[GoTime], tuple[int, int]]:
+        return type(self), (self.unix_ns, self.offset)
+
+    @property
+    def unix_ns(self) -> int:
+        """Nanoseconds since 1970-01-01T00:00:00Z."""
+        v = self._v
+        if type(v) is str:
+            v = self._resolve(v)
+        return v[0]
+
+    @property
+    def offset(self) -> int:
+        """Seconds east of UTC of the zone the time was written in."""
+        v = self._v
+        if type(v) is str:
+            v = self._resolve(v)
+        return v[1]
+
+    def _resolve(self, text: str) -> tuple[int, int, str]:
+        """Work out `unix_ns` and `offset` from the kept text (`parse` checked it)."""
+        wall = _seconds_of_hour.get(text[:13])
+        if wall is None:
+            wall = _hour_of_canonical(text)
+        v = _instant(text, wall)
+        _set_v(self, v)
+        return v
 
     @classmethod
     def parse(cls, text: str) -> GoTime:
@@ -62,6 +133,14 @@ class GoTime:
         second 60); offsets follow Go's own bounds (hours up to 24, minutes up
         to 60).
         """
+        if cls is GoTime and type(text) is str and _canonical(text) is not None:
+            time = _new(GoTime)
+            _set_v(time, text)
+            return time
+        return cls._parse_any(text)
+
+    @classmethod
+    def _parse_any(cls, text: str) -> GoTime:
         match = _RFC3339.fullmatch(text)
         if match is None:
             raise ValueError(f"not an RFC 3339 time as Go writes it: {text!r}")
@@ -89,8 +168,13 @@ class GoTime:
         moves the wall clock by its full amount but prints only ±hh:mm, and a
         wall-clock year outside 0000..9999 raises `ValueError`.
         """
-        offset = self.offset
-        seconds, nanos = divmod(self.unix_ns, _NS)
+        v = self._v
+        if type(v) is str:
+            return v
+        unix_ns, offset, text = v
+        if text is not None:
+            return text
+        seconds, nanos = divmod(unix_ns, _NS)
         days, second_of_day = divmod(seconds + offset, _DAY)
         date = _date_of_days.get(days)
         if date is None:
@@ -103,7 +187,9 @@ class GoTime:
         zone = _zone_of_offset.get(offset)
         if zone is None:
             zone = _format_zone(offset)
-        return text + zone
+        text += zone
+        _set_v(self, (unix_ns, offset, text))
+        return text
 
     @classmethod
     def from_datetime(cls, dt: datetime) -> GoTime:
@@ -141,10 +227,33 @@ class GoTime:
 
     def is_zero(self) -> bool:
         """Whether Go's `IsZero` holds: Go writes such a time as CBOR null."""
-        return self.unix_ns == _GO_ZERO_NS
+        v = self._v
+        if type(v) is str:
+            # Go's zero time is 0001-01-01T00:00:00Z: in any offset Go can
+            # write, its wall clock is in year 0000 or 0001.
+            if v >= "0002":
+                return False
+            v = self._resolve(v)
+        return v[0] == _GO_ZERO_NS
+
+    def __repr__(self) -> str:
+        return f"GoTime(unix_ns={self.unix_ns!r}, offset={self.offset!r})"
 
     def __str__(self) -> str:
         return self.format()
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self.unix_ns == other.unix_ns and self.offset == other.offset
+
+    def __ne__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self.unix_ns != other.unix_ns or self.offset != other.offset
+
+    def __hash__(self) -> int:
+        return hash((self.unix_ns, self.offset))
 
     def __lt__(self, other: object) -> bool:
         if not isinstance(other, GoTime):
@@ -165,6 +274,68 @@ class GoTime:
         if not isinstance(other, GoTime):
             return NotImplemented
         return self.unix_ns >= other.unix_ns
+
+
+# `deadletter.codec` builds times with these too: `_new(GoTime)`, then
+# `_set_v(time, text)` for text `_canonical` matched (Go's zero time aside).
+_new = object.__new__
+_set_v = GoTime.__dict__["_v"].__set__
+
+
+def from_go_text(text: str) -> GoTime:
+    """`GoTime.parse(text)` for a `str`, the codec's hot path: text Go wrote is kept as is."""
+    if _canonical(text) is None:
+        return GoTime._parse_any(text)
+    time = _new(GoTime)
+    _set_v(time, text)
+    return time
+
+
+def read_go_text(text: str) -> GoTime | None:
+    """`GoTime.parse(text)` worked out at once, or None to say "use `parse`".
+
+    For the codec's hot path, when the instant is about to be needed: text
+    whose hour (`text[:13]`) an earlier canonical time already had only needs
+    the rest checked. Go's zero time and anything unusual give None.
+    """
+    wall = _seconds_of_hour.get(text[:13])
+    if wall is None or _canonical_tail(text, 13) is None or text < "0002":
+        return None
+    time = _new(GoTime)
+    _set_v(time, _instant(text, wall))
+    return time
+
+
+def _instant(text: str, wall: int) -> tuple[int, int, str]:
+    """`(unix_ns, offset, text)` of canonical `text`, `wall` being its hour's seconds."""
+    wall += _SECONDS_OF_MINUTE_SECOND[text[14:19]]
+    size = len(text)
+    if text[-1] == "Z":
+        offset = 0
+        ns = wall * _NS
+        if size != 20:
+            ns += int(text[20:-1]) * _FRACTION_SCALE[size - 21]
+    else:
+        zone = text[-6:]
+        offset = _offset_of_zone.get(zone)  # type: ignore[assignment]
+        if offset is None:
+            offset = _parse_zone(zone)
+        ns = (wall - offset) * _NS
+        if size != 25:
+            ns += int(text[20:-6]) * _FRACTION_SCALE[size - 26]
+    return ns, offset, text
+
+
+def _hour_of_canonical(text: str) -> int:
+    """Wall-clock seconds since the epoch at the start of the hour `text[:13]` names."""
+    date = text[:10]
+    days = _days_of_date.get(date)
+    if days is None:
+        days = _days_from_civil(int(text[:4]), _VALUE_OF[text[5:7]], _VALUE_OF[text[8:10]])
+        _remember(_days_of_date, date, days)
+    wall = days * _DAY + _VALUE_OF[text[11:13]] * 3600
+    _remember(_seconds_of_hour, text[:13], wall)
+    return wall
 
 
 @lru_cache(maxsize=256)

@@ -50,24 +50,38 @@ class Message:
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.timestamp = _as_gotime(self.timestamp)
-        self.queued_at = _as_gotime(self.queued_at)
-        if isinstance(self.code, int) and not isinstance(self.code, EventCode):
-            try:
-                self.code = EventCode(self.code)
-            except ValueError:
-                pass  # Go's EventCode is a plain int: unknown codes ride along.
+        if self.timestamp is not None and type(self.timestamp) is not GoTime:
+            self.timestamp = _as_gotime(self.timestamp)
+        if self.queued_at is not None and type(self.queued_at) is not GoTime:
+            self.queued_at = _as_gotime(self.queued_at)
+        code = self.code
+        # Go's EventCode is a plain int: unknown codes ride along as they are.
+        if type(code) is int:
+            self.code = _EVENT_CODES.get(code, code)
+        elif isinstance(code, int) and not isinstance(code, EventCode):
+            self.code = _EVENT_CODES.get(int(code), code)
 
     def replace(self, **changes: Any) -> Message:
         """A copy with `changes` applied; lists and `extra` are copied, never shared."""
-        copy = dataclasses.replace(
-            self,
-            descriptions=_copy_list(self.descriptions),
-            fields=_copy_list(self.fields),
-            skip_recipients=_copy_list(self.skip_recipients),
-            extra=dict(self.extra),
-        )
-        return dataclasses.replace(copy, **changes) if changes else copy
+        values: dict[str, Any] = {
+            "timestamp": self.timestamp,
+            "queued_at": self.queued_at,
+            "username": self.username,
+            "subject": self.subject,
+            "descriptions": _copy_list(self.descriptions),
+            "fields": _copy_list(self.fields),
+            "skip_recipients": _copy_list(self.skip_recipients),
+            "code": self.code,
+            "extra": dict(self.extra),
+        }
+        if changes:
+            values.update(changes)
+        if type(self) is Message:
+            return Message(**values)
+        return dataclasses.replace(self, **values)
+
+
+_EVENT_CODES: dict[int, EventCode] = {code.value: code for code in EventCode}
 
 
 def _copy_list(value: list[str] | None) -> list[str] | None:

@@ -18,6 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from deadletter import codec as codec_module
 from deadletter.codec import CodecError, decode, encode, encode_one, iter_decode
 from deadletter.gotime import GoTime
 from deadletter.messages import EventCode, Message
@@ -342,9 +343,9 @@ def test_an_unknown_code_is_kept_as_a_plain_int() -> None:
     assert decode_all_ways(one({"Code": 2**63 - 1}))[0].code == 2**63 - 1
 
 
-@pytest.mark.parametrize(
-    ("item", "field"),
-    [
+WRONG_TYPES = [
+    pytest.param(item, field, id=repr(item))
+    for item, field in [
         ({"Subject": 1}, "Subject"),
         ({"Username": b"bytes"}, "Username"),
         ({"Subject": ["x"]}, "Subject"),
@@ -367,11 +368,136 @@ def test_an_unknown_code_is_kept_as_a_plain_int() -> None:
         ({"Timestamp": 10**12}, "Timestamp"),
         ({"Timestamp": -(10**12)}, "Timestamp"),
         ({"Subject": cbor2.CBORTag(0, "x")}, "Subject"),
-    ],
-    ids=repr,
-)
+        ({"QueuedAt": "2026-02-29T00:00:00Z"}, "QueuedAt"),
+        ({"QueuedAt": "2026-01-01T00:00:00.5"}, "QueuedAt"),
+        ({"Timestamp": "2026-01-01T24:00:00Z"}, "Timestamp"),
+        ({"SkipRecipients": [b"x"]}, "SkipRecipients[0]"),
+        ({"Fields": ["a", "b", cbor2.CBORTag(0, "c")]}, "Fields[2]"),
+    ]
+]
+
+
+@pytest.mark.parametrize(("item", "field"), WRONG_TYPES)
 def test_a_field_of_the_wrong_type_is_refused_by_name(item: dict[str, Any], field: str) -> None:
     assert f"message 0: {field}:" in raises_codec_error_both_ways(one(item))
+
+
+@pytest.mark.parametrize(("item", "field"), WRONG_TYPES)
+def test_a_field_of_the_wrong_type_in_gos_own_shape_is_refused_by_name(
+    item: dict[str, Any], field: str
+) -> None:
+    assert f"message 0: {field}:" in raises_codec_error_both_ways(one(wire_map(**item)))
+
+
+def outcome(read: Any) -> tuple[Any, ...]:
+    """What decoding gave, comparable across paths: every field with its type, or the error."""
+    try:
+        msg = read()
+    except CodecError as exc:
+        return ("refused", str(exc))
+    times = tuple(
+        None if t is None else (type(t), t.unix_ns, t.offset, t.format())
+        for t in (msg.timestamp, msg.queued_at)
+    )
+    return (
+        "read",
+        times,
+        msg.username,
+        msg.subject,
+        msg.descriptions,
+        msg.fields,
+        msg.skip_recipients,
+        type(msg.code),
+        msg.code,
+        msg.extra,
+    )
+
+
+time_texts = st.sampled_from(
+    [
+        "2026-11-29T15:47:12.123456789Z",
+        "2026-11-29T15:47:13Z",
+        "2026-11-29T15:47:12.5+05:30",
+        "2026-11-29T15:47:12.500Z",
+        "2026-11-29T15:47:12+00:00",
+        "2024-02-29T23:59:59-03:30",
+        "2026-02-29T00:00:00Z",
+        "2026-11-29T15:47:60Z",
+        "0001-01-01T00:00:00Z",
+        "0001-01-01T01:00:00+01:00",
+        "0000-12-31T23:00:00-01:00",
+        "0001-01-01T00:00:00.000000001Z",
+        "yesterday",
+        "",
+    ]
+)
+field_values = st.one_of(
+    st.none(),
+    st.just(cbor2.undefined),
+    st.booleans(),
+    st.integers(-(2**64), 2**64 - 1) | st.sampled_from([0, 1, 4, 5, 2**63 - 1, 2**63]),
+    st.floats(),
+    st.text(max_size=4),
+    time_texts,
+    st.binary(max_size=3),
+    st.lists(
+        st.none() | st.just(cbor2.undefined) | st.text(max_size=3) | st.integers(), max_size=3
+    ),
+    st.builds(
+        cbor2.CBORTag,
+        st.sampled_from([0, 1, 2, 55]),
+        time_texts | st.integers(-(10**10), 10**10) | st.floats(),
+    ),
+)
+
+
+def fresh_copy(item: dict[str, Any]) -> dict[str, Any]:
+    """`item` with its own lists: reading one puts "" for a null element in place."""
+    return {key: list(value) if type(value) is list else value for key, value in item.items()}
+
+
+@settings(max_examples=1000, deadline=None)
+@given(st.lists(field_values, min_size=8, max_size=8))
+def test_gos_own_shape_decodes_as_the_generic_path_does(values: list[Any]) -> None:
+    item = dict(zip(FIELD_NAMES, values, strict=True))
+    generic = outcome(lambda: codec_module._generic_message(fresh_copy(item), 3))
+    fast = outcome(lambda: codec_module._message(fresh_copy(item), 3))
+    assert fast == generic
+
+
+plausible_time = st.none() | st.just(cbor2.undefined) | time_texts | st.integers(-(10**10), 10**10)
+plausible_text = st.text(max_size=4) | st.none() | st.just(cbor2.undefined)
+plausible_list = st.none() | st.lists(st.text(max_size=3) | st.none(), max_size=3)
+plausible_code = st.integers(0, 2**63 - 1) | st.sampled_from([0, 3, 4, 5, None])
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.tuples(
+        plausible_time,
+        plausible_time,
+        plausible_text,
+        plausible_text,
+        plausible_list,
+        plausible_list,
+        plausible_list,
+        plausible_code,
+    )
+)
+def test_plausible_messages_in_gos_own_shape_decode_as_the_generic_path_does(
+    values: tuple[Any, ...],
+) -> None:
+    item = dict(zip(FIELD_NAMES, values, strict=True))
+    generic = outcome(lambda: codec_module._generic_message(fresh_copy(item), 0))
+    assert outcome(lambda: codec_module._message(fresh_copy(item), 0)) == generic
+    assert outcome(lambda: decode(one(item))[0]) == generic
+
+
+def test_a_queued_at_in_an_hour_seen_before_reads_as_parse_does() -> None:
+    first = decode(one(wire_map(QueuedAt="2026-11-29T15:00:00.1+01:00")))[0].queued_at
+    assert first is not None and first.unix_ns  # its hour is now known
+    for text in ("2026-11-29T15:59:59.999999999+01:00", "2026-11-29T15:07:08-02:30"):
+        assert decode(one(wire_map(QueuedAt=text)))[0].queued_at == GoTime.parse(text)
 
 
 def test_a_non_string_map_key_is_refused() -> None:
@@ -532,12 +658,17 @@ def test_codes_are_written_as_unsigned_integers() -> None:
     )
 
 
+class StrSubclass(str):
+    __slots__ = ()
+
+
 @pytest.mark.parametrize(
     ("fields", "name"),
     [
         ({"subject": 5}, "Subject"),
         ({"username": None}, "Username"),
         ({"descriptions": ["a", 1]}, "Descriptions[1]"),
+        ({"descriptions": ["a", "b", StrSubclass("c")]}, "Descriptions[2]"),
         ({"fields": "ab"}, "Fields"),
         ({"skip_recipients": {"a"}}, "SkipRecipients"),
         ({"code": -1}, "Code"),
@@ -824,3 +955,18 @@ def test_reencoding_decoded_bytes_gives_the_same_bytes(msgs: list[Message]) -> N
 def test_messages_compare_equal_across_a_round_trip_of_a_real_clock() -> None:
     msg = Message(timestamp=GoTime.now(), queued_at=datetime.now(UTC), subject="now")
     assert decode(encode_one(msg)) == [msg]
+
+
+def test_decode_single_reads_a_per_message_row_like_decode() -> None:
+    value = codec_module.encode_one(Message(subject="one", fields=["a"]))
+    assert codec_module.decode_single(value) == codec_module.decode(value)[0]
+
+
+@pytest.mark.parametrize("value", [b"", b"\x80", b"\xf6", b"\x82\xa0\xa0", b"\x81"])
+def test_decode_single_leaves_other_shapes_to_decode(value: bytes) -> None:
+    assert codec_module.decode_single(value) is None
+
+
+def test_decode_single_refuses_a_corrupt_row() -> None:
+    with pytest.raises(codec_module.CodecError):
+        codec_module.decode_single(b"\x81\xa8garbage")

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import copy
 import json
+import pickle
 import time
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
@@ -9,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from deadletter.gotime import GoTime
+from deadletter.gotime import GoTime, read_go_text
 
 FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "go-cbor"
 MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())
@@ -278,3 +280,168 @@ def test_format_agrees_with_datetimes_calendar(dt: datetime) -> None:
     t = GoTime.from_datetime(dt)
     assert t.format() == go_style(dt)
     assert t.to_datetime() == dt
+
+
+# --- text kept as Go wrote it, read lazily -------------------------------------------------
+
+
+@st.composite
+def near_go_text(draw: st.DrawFn) -> str:
+    """RFC 3339 text near what Go writes: mostly in range, sometimes one part out of it."""
+    years = st.integers(0, 9999) | st.sampled_from([0, 1, 100, 1900, 2000, 2024])
+    parts = {
+        "year": f"{draw(years):04d}",
+        "month": f"{draw(st.integers(1, 12)):02d}",
+        "day": f"{draw(st.integers(1, 31) | st.integers(28, 31)):02d}",
+        "hour": f"{draw(st.integers(0, 23)):02d}",
+        "minute": f"{draw(st.integers(0, 59)):02d}",
+        "second": f"{draw(st.integers(0, 59)):02d}",
+        "fraction": draw(
+            st.just("") | st.text("0123456789", min_size=1, max_size=9).map(lambda d: "." + d)
+        ),
+        "zone": draw(
+            st.sampled_from(["Z", "+00:00", "-00:00", "+24:00", "-24:60", "+01:60"])
+            | st.builds(
+                lambda sign, h, m: f"{sign}{h:02d}:{m:02d}",
+                st.sampled_from("+-"),
+                st.integers(0, 24),
+                st.integers(0, 59),
+            )
+        ),
+    }
+    broken = draw(st.none() | st.none() | st.sampled_from(sorted(parts)))
+    if broken is not None:
+        parts[broken] = draw(
+            st.sampled_from(
+                {
+                    "year": ["-001", "10000", "+2026", "20 6"],
+                    "month": ["00", "13", "99", "1"],
+                    "day": ["00", "32", "39", "1"],
+                    "hour": ["24", "29", "99", "1"],
+                    "minute": ["60", "99", "1"],
+                    "second": ["60", "61", "1"],
+                    "fraction": [".", ".1234567890", ",5", ".1a"],
+                    "zone": ["", "z", "+25:00", "+01:61", "+0100", "+01", "-1:00"],
+                }[broken]
+            )
+        )
+    return "{year}-{month}-{day}T{hour}:{minute}:{second}{fraction}{zone}".format(**parts)
+
+
+def strict_reading(text: str) -> tuple[int, int] | None:
+    """What the full parser (`GoTime._parse_any`, no kept text) makes of `text`."""
+    try:
+        t = GoTime._parse_any(text)
+    except ValueError:
+        return None
+    return t.unix_ns, t.offset
+
+
+@settings(max_examples=1000, deadline=None)
+@given(near_go_text())
+def test_parse_accepts_and_reads_exactly_what_the_full_parser_does(text: str) -> None:
+    expected = strict_reading(text)
+    if expected is None:
+        with pytest.raises(ValueError):
+            GoTime.parse(text)
+        return
+    t = GoTime.parse(text)
+    assert (t.unix_ns, t.offset) == expected
+    assert t == GoTime(*expected)
+    assert hash(t) == hash(GoTime(*expected))
+    assert t.format() == GoTime(*expected).format()
+
+
+@settings(max_examples=300, deadline=None)
+@given(near_go_text())
+def test_the_codecs_eager_reading_agrees_with_parse(text: str) -> None:
+    expected = strict_reading(text)
+    if expected is not None:
+        assert GoTime.parse(text).unix_ns == expected[0]  # the eager path now knows the hour
+    t = read_go_text(text)
+    if t is None:
+        return
+    assert expected is not None
+    assert (t.unix_ns, t.offset) == expected
+    assert t.format() == text
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "2026-11-29T15:47:12.123456789Z",
+        "2026-11-29T15:47:12.5+05:30",
+        "2024-02-29T00:00:00-03:30",
+        "0000-01-01T00:00:00+24:59",
+    ],
+)
+def test_go_text_is_kept_and_every_field_reads_the_same_in_any_order(text: str) -> None:
+    expected = GoTime._parse_any(text)
+    assert GoTime.parse(text).format() == text
+    assert GoTime.parse(text).offset == expected.offset
+    assert GoTime.parse(text).unix_ns == expected.unix_ns
+    assert GoTime.parse(text) == expected
+    assert hash(GoTime.parse(text)) == hash(expected)
+    assert repr(GoTime.parse(text)) == repr(expected)
+    if not text.startswith("0000"):
+        assert GoTime.parse(text).to_datetime() == expected.to_datetime()
+    lazy = GoTime.parse(text)
+    assert not lazy < expected and not lazy > expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "0001-01-01T00:00:00Z",
+        "0001-01-01T01:00:00+01:00",
+        "0000-12-31T23:00:00-01:00",
+        "0001-01-02T00:59:00+24:59",
+    ],
+)
+def test_go_zero_time_is_zero_in_any_zone_go_can_write(text: str) -> None:
+    assert GoTime.parse(text).is_zero()
+
+
+@pytest.mark.parametrize(
+    "text", ["0001-01-01T00:00:01Z", "0000-12-31T23:59:59Z", "2026-01-01T00:00:00Z"]
+)
+def test_a_time_next_to_go_zero_time_is_not_zero(text: str) -> None:
+    assert not GoTime.parse(text).is_zero()
+
+
+def test_non_canonical_text_is_written_back_canonically() -> None:
+    assert GoTime.parse("2026-07-04T12:00:00.500+00:00").format() == "2026-07-04T12:00:00.5Z"
+    assert GoTime.parse("2026-07-04T12:00:00+01:60").format() == "2026-07-04T12:00:00+02:00"
+
+
+def test_a_time_cannot_be_changed() -> None:
+    for t in (GoTime.parse("2026-07-04T12:00:00Z"), GoTime(5, 60)):
+        with pytest.raises(AttributeError):
+            t.unix_ns = 1  # type: ignore[misc]
+        with pytest.raises(AttributeError):
+            t.offset = 1  # type: ignore[misc]
+        with pytest.raises(AttributeError):
+            t.other = 1  # type: ignore[attr-defined]
+        with pytest.raises(AttributeError):
+            del t.offset  # type: ignore[misc]
+
+
+def test_a_time_survives_pickle_and_copy() -> None:
+    for t in (GoTime.parse("2026-07-04T12:00:00.25+02:00"), GoTime(-1, -3600)):
+        assert pickle.loads(pickle.dumps(t)) == t
+        assert copy.copy(t) == t
+        assert copy.deepcopy(t) == t
+        assert copy.deepcopy(t).format() == t.format()
+
+
+def test_times_are_constructed_from_ints_not_text() -> None:
+    with pytest.raises(TypeError):
+        GoTime("2026-07-04T12:00:00Z")  # type: ignore[arg-type]
+
+
+def test_a_time_matches_by_its_fields() -> None:
+    match GoTime.parse("1970-01-01T01:00:00+01:00"):
+        case GoTime(unix_ns, offset):
+            assert (unix_ns, offset) == (0, 3600)
+        case _:
+            pytest.fail("no match")
