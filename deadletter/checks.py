@@ -27,3 +27,46 @@ def check_settings(
             )
         )
     return errors
+
+
+_HANDLER_HINT = {
+    "import": (
+        "deadletter.E002",
+        "Give the dotted path of a module-level callable that imports, "
+        "e.g. 'myproject.handlers.post_webhook'.",
+    ),
+    "callable": (
+        "deadletter.E003",
+        "Point the path at a function or other callable handle(msg) -> Message | None.",
+    ),
+    "setting": (
+        "deadletter.E004",
+        "DEADLETTER_HANDLERS = {'queue-name': 'dotted.path.to.handler', ...}",
+    ),
+}
+
+
+@checks.register("deadletter")
+def check_handlers(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[checks.CheckMessage]:
+    """Import every configured handler now, so a typo fails `manage.py check`
+    and deploys, not the first drain after an incident."""
+    from deadletter.drain import handler_problems
+
+    errors: list[checks.CheckMessage] = []
+    for problem in handler_problems(conf.HANDLERS):
+        check_id, hint = _HANDLER_HINT[problem.kind]
+        errors.append(checks.Error(f"{problem}.", hint=hint, id=check_id))
+    attempts = conf.MAX_ATTEMPTS
+    if attempts is not None and (
+        not isinstance(attempts, int) or isinstance(attempts, bool) or attempts < 1
+    ):
+        errors.append(
+            checks.Error(
+                f"DEADLETTER_MAX_ATTEMPTS must be None or an int of at least 1, got {attempts!r}.",
+                hint="Leave it unset to retry until the age limit, or set e.g. 10.",
+                id="deadletter.E005",
+            )
+        )
+    return errors

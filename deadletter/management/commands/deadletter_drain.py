@@ -1,0 +1,238 @@
+"""`manage.py deadletter_drain`: hand parked messages back to their handlers.
+
+Only parses arguments and shows progress; the drain itself is
+`deadletter.drain.Drainer`. Exit status: 0 when nothing stayed failed, 1 when
+some message did (or a worker or the database failed), 2 for usage and
+configuration errors (nothing touched), 128 + signal number when a second
+SIGINT/SIGTERM stopped it at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from deadletter import keys
+from deadletter.drain import (
+    DrainAborted,
+    DrainConfigError,
+    Drainer,
+    DrainLocked,
+    DrainReport,
+    Outcome,
+    SignalGuard,
+)
+
+logger = logging.getLogger("deadletter")
+
+_RATE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(?:/\s*(s|sec|m|min|h|hour))?\s*$")
+_PER = {None: 1.0, "s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "hour": 3600.0}
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def rate(text: str) -> float:
+    """`N/s` (also `N`, `N/m`, `N/h`) as deliveries per second."""
+    match = _RATE.match(text)
+    if not match:
+        raise argparse.ArgumentTypeError(f"not a rate like 10/s: {text!r}")
+    per_second = float(match.group(1)) / _PER[match.group(2)]
+    if per_second <= 0:
+        raise argparse.ArgumentTypeError(f"must be above 0, got {text!r}")
+    return per_second
+
+
+def queue_name(text: str) -> str:
+    try:
+        keys.encode_queue_name(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+class Command(BaseCommand):
+    help = (
+        "Hand parked messages back to their handlers (DEADLETTER_HANDLERS), oldest first; "
+        "a row is removed only once its handler succeeded."
+    )
+    # Handler problems are reported by the drain itself with exit status 2,
+    # before any row is touched; the full system check would exit 1.
+    requires_system_checks: list[str] = []
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--queue",
+            action="append",
+            dest="queues",
+            metavar="NAME",
+            type=queue_name,
+            help="Drain only this queue (repeatable); default: every configured queue.",
+        )
+        parser.add_argument(
+            "--limit", type=positive_int, metavar="N", help="Hand over at most N messages."
+        )
+        parser.add_argument(
+            "--rate",
+            type=rate,
+            metavar="N/s",
+            help="At most N deliveries per second (also N/m, N/h), across all workers.",
+        )
+        parser.add_argument(
+            "--workers",
+            type=positive_int,
+            default=1,
+            metavar="N",
+            help="Worker processes (PostgreSQL only; SQLite runs one).",
+        )
+        parser.add_argument(
+            "--wait",
+            action="store_true",
+            help="SQLite: wait for another drain of the same queue to end instead of refusing.",
+        )
+        parser.add_argument(
+            "--dry-run", action="store_true", help="Say what would be done; change nothing."
+        )
+        parser.add_argument(
+            "--format",
+            choices=["text", "json"],
+            default="text",
+            help="The summary as text (default) or as one JSON object.",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        fmt = options["format"]
+        bar = self._want_bar(fmt) and not options["dry_run"]
+        try:
+            drainer = Drainer(
+                options["queues"],
+                limit=options["limit"],
+                rate=options["rate"],
+                workers=options["workers"],
+                wait=options["wait"],
+                log_progress=not bar,
+            )
+        except DrainConfigError as exc:
+            raise CommandError(str(exc), returncode=2) from exc
+        if options["dry_run"]:
+            self._dry_run(drainer, fmt)
+            return
+        try:
+            with self._progress(drainer, bar), SignalGuard(drainer):
+                report = drainer.run()
+        except (DrainLocked, DrainConfigError) as exc:
+            raise CommandError(str(exc), returncode=2) from exc
+        except DrainAborted as exc:
+            if exc.report is not None:
+                self._summary(exc.report, fmt)
+            raise CommandError(
+                f"aborted by a second {exc.signame}; the message in hand stays queued",
+                returncode=128 + exc.signum,
+            ) from None
+        self._summary(report, fmt)
+        if report.exit_code:
+            raise CommandError(
+                f"{report.failed} message(s) stayed failed, {report.errors} error(s)",
+                returncode=report.exit_code,
+            )
+
+    def _want_bar(self, fmt: str) -> bool:
+        if fmt != "text" or not self.stderr.isatty():
+            return False
+        try:
+            import tqdm  # noqa: F401
+        except ImportError:
+            return False
+        return True
+
+    @contextlib.contextmanager
+    def _progress(self, drainer: Drainer, bar: bool) -> Iterator[None]:
+        """A tqdm bar on a terminal (log lines go above it); plain log lines otherwise."""
+        if not bar:
+            yield
+            return
+        from tqdm import tqdm
+        from tqdm.contrib.logging import logging_redirect_tqdm
+
+        tqdm.monitor_interval = 0  # no monitor thread: --workers forks this process
+
+        with (
+            tqdm(total=drainer.pending(), unit="msg", desc="draining", dynamic_ncols=True) as pbar,
+            logging_redirect_tqdm(loggers=[logger]),
+        ):
+
+            def tick(outcome: Outcome) -> None:
+                pbar.update(1)
+
+            drainer.on_outcome = tick
+            yield
+
+    def _dry_run(self, drainer: Drainer, fmt: str) -> None:
+        counts = {"deliver": 0, "expired": 0, "corrupt": 0}
+        lines: list[dict[str, Any]] = []
+        for name, path, item in drainer.preview():
+            counts[item.verdict] += 1
+            subject = item.msg.subject if item.msg is not None else None
+            if fmt == "json":
+                lines.append(
+                    {
+                        "queue": name,
+                        "key": keys.to_text(item.key),
+                        "subject": subject,
+                        "action": item.verdict,
+                        "handler": path,
+                    }
+                )
+            elif item.verdict == "deliver":
+                self.stdout.write(
+                    f"Would hand {keys.to_text(item.key)} ({subject!r}) of {name} to {path}"
+                )
+            else:
+                self.stdout.write(
+                    f"Would drop {item.verdict} row {keys.to_text(item.key)} of {name}"
+                )
+        if fmt == "json":
+            self.stdout.write(json.dumps({"dry_run": True, "would": counts, "messages": lines}))
+            return
+        self.stdout.write(
+            f"Would deliver {counts['deliver']} message(s) and drop {counts['expired']} expired "
+            f"and {counts['corrupt']} corrupt; nothing was changed (dry run)."
+        )
+
+    def _summary(self, report: DrainReport, fmt: str) -> None:
+        if fmt == "json":
+            self.stdout.write(json.dumps(report.as_dict()))
+            return
+        d = report.dropped
+        rate_text = f", {report.handled / report.elapsed:.1f} msg/s" if report.elapsed > 0 else ""
+        lines = [
+            f"Drained {', '.join(report.queues) or 'no queue'} "
+            f"in {report.elapsed:.2f}s{rate_text}"
+            + (f" with {report.workers} workers" if report.workers > 1 else ""),
+            f"  delivered:    {report.delivered}",
+            f"  requeued:     {report.requeued} (partly delivered, rest parked again)",
+            f"  dropped:      {sum(d.values())} (expired {d['expired']}, corrupt {d['corrupt']}, "
+            f"permanent {d['permanent']}, max attempts {d['max_attempts']})",
+            f"  still failed: {report.failed}",
+        ]
+        if report.errors:
+            lines.append(f"  errors:       {report.errors} (see the log)")
+        if report.aborted_by:
+            lines.append(f"  aborted by a second {report.aborted_by}")
+        elif report.stopped_by:
+            lines.append(f"  stopped early by {report.stopped_by}")
+        self.stdout.write("\n".join(lines))
