@@ -16,7 +16,7 @@ import dataclasses
 import functools
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any, NamedTuple
 
@@ -151,7 +151,7 @@ def store_failed_msgs(queue: str, msg: Message) -> bytes:
         logger.error("store failed queue=%s reason=unencodable error=%s", queue, exc)
         raise QueueingError from exc
     key = insert_value(prefix, value, queue=queue)
-    signals.message_enqueued.send(sender=queue, key=key, msg=msg)
+    _after_commit(_connection(), signals.message_enqueued, sender=queue, key=key, msg=msg)
     return key
 
 
@@ -192,7 +192,7 @@ def dequeue(key: bytes) -> None:
         logger.exception("dequeue failed key=%s", key.hex())
         return
     if deleted:
-        signals.message_dequeued.send(sender=keys.queue_of(key), key=key)
+        _after_commit(connection, signals.message_dequeued, sender=keys.queue_of(key), key=key)
 
 
 # --- fetch -----------------------------------------------------------------
@@ -296,7 +296,7 @@ def _process_row(
         except codec.CodecError as exc:
             logger.error("dropping corrupt legacy row queue=%s error=%s", queue, exc)
             if _safe_delete(connection, table, key, value, queue):
-                signals.message_dropped.send(sender=queue, key=key, msg=None, reason="corrupt")
+                _dropped(connection, queue, key, None, "corrupt")
             return _SKIP
         except _Conflict:
             pass
@@ -309,30 +309,44 @@ def _process_row(
     except codec.CodecError as exc:
         logger.error("dropping corrupt row queue=%s key=%s error=%s", queue, key.hex(), exc)
         if _safe_delete(connection, table, key, value, queue):
-            signals.message_dropped.send(sender=queue, key=key, msg=None, reason="corrupt")
+            _dropped(connection, queue, key, None, "corrupt")
         return _SKIP
-    live, changed = _apply_age_rules(queue, key, msgs, now_ns, max_age_ns)
+    live, expired, changed = _apply_age_rules(queue, key, msgs, now_ns, max_age_ns)
     if not changed and len(live) == 1:
         return Queued(key, live[0])
     if not live:
-        _safe_delete(connection, table, key, value, queue)
+        if _safe_delete(connection, table, key, value, queue):
+            for msg in expired:
+                _dropped(connection, queue, key, msg, "expired")
         return _SKIP
     try:
         _rewrite_row(connection, table, prefix, key, value, live, queue)
     except _Conflict:
-        pass
+        return _REREAD
     except DatabaseError:
         logger.exception("rewrite failed queue=%s key=%s", queue, key.hex())
         return _SKIP
+    for msg in expired:
+        _dropped(connection, queue, key, msg, "expired")
     return _REREAD
+
+
+def _dropped(
+    connection: BaseDatabaseWrapper, queue: str, key: bytes, msg: Message | None, reason: str
+) -> None:
+    """`message_dropped` once the row change that dropped `msg` has committed."""
+    _after_commit(
+        connection, signals.message_dropped, sender=queue, key=key, msg=msg, reason=reason
+    )
 
 
 def _apply_age_rules(
     queue: str, key: bytes, msgs: list[Message], now_ns: int, max_age_ns: int
-) -> tuple[list[Message], bool]:
-    """Drop expired messages, stamp zero `queued_at`; report whether anything changed."""
+) -> tuple[list[Message], list[Message], bool]:
+    """Split off expired messages, stamp zero `queued_at`: (live, expired, changed)."""
     cutoff = now_ns - max_age_ns
     live: list[Message] = []
+    expired: list[Message] = []
     changed = False
     for msg in msgs:
         if msg.queued_at is None:
@@ -345,11 +359,11 @@ def _apply_age_rules(
                 key.hex(),
                 msg.queued_at,
             )
-            signals.message_dropped.send(sender=queue, key=key, msg=msg, reason="expired")
+            expired.append(msg)
             changed = True
             continue
         live.append(msg)
-    return live, changed
+    return live, expired, changed
 
 
 class _Conflict(Exception):
@@ -472,7 +486,14 @@ def split_legacy_row(
         top_ns = min(keys.parse_key(bytes(first[0])).time_ns, now_ns) if first else now_ns
         seq = keys.parse_key(keys.new_key(prefix)).seq
         rows = legacy_message_rows(
-            prefix, value, count=count, top_ns=top_ns, seq=seq, now_ns=now_ns, max_age_ns=max_age_ns
+            prefix,
+            value,
+            count=count,
+            top_ns=top_ns,
+            seq=seq,
+            now_ns=now_ns,
+            max_age_ns=max_age_ns,
+            on_expired=lambda msg: _dropped(connection, queue, prefix, msg, "expired"),
         )
         for batch in _batches(rows, _SPLIT_BATCH):
             cursor.executemany(f"INSERT INTO {quoted} (key, value) VALUES (%s, %s)", batch)
@@ -822,6 +843,7 @@ def legacy_message_rows(
     seq: int,
     now_ns: int,
     max_age_ns: int | None = None,
+    on_expired: Callable[[Message], None] | None = None,
 ) -> Iterator[tuple[bytes, bytes]]:
     """The `(key, value)` rows a legacy aggregate of `count` messages becomes, in list order.
 
@@ -830,14 +852,14 @@ def legacy_message_rows(
     export: message `i` gets the key `(top_ns - count + i, seq)`, so all of
     them sort just below `top_ns` in the aggregate's order; a zero
     `queued_at` is stamped with `now_ns` so the age limit can fire for it;
-    with `max_age_ns` an expired message is dropped (its slot stays empty).
+    with `max_age_ns` an expired message is dropped (its slot stays empty) and
+    handed to `on_expired`.
     The blob is decoded one message at a time, so only the current message
     is held beside it. Raises `codec.CodecError` for a corrupt blob.
     """
     if top_ns < count:
         raise codec.CodecError("no room for the legacy messages before the queue's first row")
     base_ns = top_ns - count
-    queue = prefix.decode("utf-8", errors="replace")
     cutoff = None if max_age_ns is None else now_ns - max_age_ns
     for index, msg in enumerate(codec.iter_decode(value)):
         if index >= count:
@@ -845,7 +867,8 @@ def legacy_message_rows(
         if msg.queued_at is None:
             msg = msg.replace(queued_at=GoTime(now_ns))
         elif cutoff is not None and msg.queued_at.unix_ns < cutoff:
-            signals.message_dropped.send(sender=queue, key=prefix, msg=msg, reason="expired")
+            if on_expired is not None:
+                on_expired(msg)
             continue
         yield keys.make_key(prefix, base_ns + index, seq), codec.encode_one(msg)
 

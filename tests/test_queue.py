@@ -364,3 +364,60 @@ def test_four_processes_enqueue_at_once_without_error_or_loss(subprocess_env) ->
     for proc in range(4):
         mine = [q.msg.subject for q in fetched if q.msg.subject.startswith(f"{proc}:")]
         assert mine == [f"{proc}:{i:05}" for i in range(5000)]
+
+
+def test_store_sends_message_enqueued_with_the_key(clock) -> None:
+    from deadletter import signals
+
+    seen: list[tuple[str, bytes]] = []
+
+    def receiver(sender: str, key: bytes, **kwargs) -> None:
+        seen.append((sender, key))
+
+    signals.message_enqueued.connect(receiver)
+    try:
+        key = store_failed_msgs("q", msg("x"))
+    finally:
+        signals.message_enqueued.disconnect(receiver)
+    assert seen == [("q", key)]
+
+
+def test_expired_drop_is_signalled_once_the_row_is_gone(clock) -> None:
+    from deadletter import signals
+
+    key = store_failed_msgs("q", msg("stale", queued_at=NOW - timedelta(days=31)))
+    rows_at_signal: list[list[bytes]] = []
+
+    def receiver(sender: str, reason: str, **kwargs) -> None:
+        assert reason == "expired"
+        rows_at_signal.append(row_keys())
+
+    signals.message_dropped.connect(receiver)
+    try:
+        fetch_failed_msgs("q")
+        fetch_failed_msgs("q")
+    finally:
+        signals.message_dropped.disconnect(receiver)
+    assert rows_at_signal == [[]]
+    assert key not in row_keys()
+
+
+def test_dequeue_inside_a_transaction_signals_after_the_commit(clock) -> None:
+    from django.db import transaction
+
+    from deadletter import signals
+
+    key = store_failed_msgs("q", msg("x"))
+    seen: list[bytes] = []
+
+    def receiver(key: bytes, **kwargs) -> None:
+        seen.append(key)
+
+    signals.message_dequeued.connect(receiver)
+    try:
+        with transaction.atomic():
+            dequeue(key)
+            assert seen == []
+    finally:
+        signals.message_dequeued.disconnect(receiver)
+    assert seen == [key]
