@@ -219,20 +219,13 @@ def iter_failed_msgs(queue: str, batch_size: int = 1000) -> Iterator[Queued]:
     low, high = keys.queue_bounds(queue)
     prefix = low
     connection = _connection()
-    table = _quoted(connection, TABLE)
     max_age_ns = _max_age_ns()
     decode_single, separator, new_queued = codec.decode_single, keys.SEPARATOR, tuple.__new__
     after, inclusive = low, True
     rereads: dict[bytes, int] = {}
     while True:
-        op = ">=" if inclusive else ">"
         try:
-            rows = _read(
-                connection,
-                f"SELECT key, value FROM {table} WHERE key {op} %s AND key < %s "
-                f"ORDER BY key LIMIT {int(batch_size)}",
-                (after, high),
-            )
+            rows = _read(connection, page_sql(connection, inclusive, batch_size), (after, high))
         except DatabaseError:
             logger.exception("fetch failed queue=%s", queue)
             return
@@ -270,6 +263,18 @@ def iter_failed_msgs(queue: str, batch_size: int = 1000) -> Iterator[Queued]:
         if len(rows) < batch_size:
             return
         after, inclusive = rows[-1][0], False
+
+
+def page_sql(connection: BaseDatabaseWrapper, inclusive: bool, batch_size: int) -> str:
+    """The scan's one query: a page of a queue's key range, in key order, from a key on.
+
+    Parameters: the first key (included or not) and the range's end.
+    """
+    op = ">=" if inclusive else ">"
+    return (
+        f"SELECT key, value FROM {_quoted(connection, TABLE)} WHERE key {op} %s AND key < %s "
+        f"ORDER BY key LIMIT {int(batch_size)}"
+    )
 
 
 _REREAD = object()

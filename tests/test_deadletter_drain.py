@@ -30,10 +30,10 @@ from deadletter.messages import Message
 from deadletter.models import QueuedMessage
 from deadletter.queue import fetch_failed_msgs, store_failed_msgs
 from project.demo import handlers as demo_handlers
+from tests import drain_harness
+from tests.drain_harness import REPO, Drain, recorded
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 # --- handlers the drains below run -------------------------------------------------
@@ -43,37 +43,7 @@ def ok_handler(msg: Message) -> None:
     return None
 
 
-def failing_handler(msg: Message) -> None:
-    raise ConnectionError("downstream is down")
-
-
-def recording_handler(msg: Message) -> Message | None:
-    """Delivers to one recipient per call (`fields` lists them, `skip_recipients`
-    the ones reached), recording `pid subject:recipient` durably in
-    $DRAIN_RECORD before returning. A line is added to $DRAIN_IN_HAND on entry,
-    $DRAIN_GATE is waited for, $DRAIN_PAUSE adds a random pause of up to that
-    many seconds; $DRAIN_NO_FSYNC skips the fsync (a write survives SIGKILL of
-    its process anyway)."""
-    if in_hand := os.environ.get("DRAIN_IN_HAND"):
-        with open(in_hand, "a") as marker:
-            marker.write(f"{msg.subject}\n")
-    if gate := os.environ.get("DRAIN_GATE"):
-        while not Path(gate).exists():
-            time.sleep(0.01)
-    if pause := os.environ.get("DRAIN_PAUSE"):
-        time.sleep(random.uniform(0, float(pause)))
-    done = msg.skip_recipients or []
-    todo = [r for r in (msg.fields or ["-"]) if r not in done]
-    fd = os.open(os.environ["DRAIN_RECORD"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, f"{os.getpid()} {msg.subject}:{todo[0]}\n".encode())
-        if not os.environ.get("DRAIN_NO_FSYNC"):
-            os.fsync(fd)
-    finally:
-        os.close(fd)
-    if len(todo) > 1:
-        return msg.replace(skip_recipients=[*done, todo[0]])
-    return None
+failing_handler = drain_harness.failing_handler
 
 
 def park(*subjects: str, queue: str = "q", recipients: list[str] | None = None) -> None:
@@ -260,68 +230,6 @@ def test_demo_webhook_view_accepts_a_json_message(client: Any) -> None:
 # --- real processes: signals and crashes -----------------------------------------------
 
 
-class Drain:
-    """`manage.py deadletter_drain` in a child process, with `handler` (a function
-    of this module, `recording_handler` by default) on queue "q"."""
-
-    def __init__(
-        self,
-        env: dict[str, str],
-        tmp: Path,
-        *args: str,
-        handler: str = "recording_handler",
-        **extra: str,
-    ) -> None:
-        self.record = tmp / "record.txt"
-        self.stderr = tmp / f"stderr-{time.monotonic_ns()}.txt"
-        self.stdout = tmp / f"stdout-{time.monotonic_ns()}.txt"
-        settings_module = f"drain_settings_{handler}"
-        settings_file = tmp / f"{settings_module}.py"
-        if not settings_file.exists():
-            settings_file.write_text(
-                "from project.settings import *  # noqa: F403\n"
-                f"DEADLETTER_HANDLERS = {{'q': 'tests.test_deadletter_drain.{handler}'}}\n"
-            )
-        env = {
-            **env,
-            "PYTHONPATH": f"{REPO}:{tmp}",
-            "DJANGO_SETTINGS_MODULE": settings_module,
-            "DRAIN_RECORD": str(self.record),
-            **extra,
-        }
-        with self.stdout.open("w") as out, self.stderr.open("w") as err:
-            self.proc = subprocess.Popen(
-                [sys.executable, "manage.py", "deadletter_drain", *args],
-                cwd=REPO,
-                env=env,
-                stdout=out,
-                stderr=err,
-            )
-
-    def summary(self) -> dict[str, Any]:
-        """The `--format json` summary (the first line of stdout)."""
-        return json.loads(self.stdout.read_text().splitlines()[0])
-
-    def wait(self) -> int:
-        return self.proc.wait(timeout=60)
-
-    def output(self) -> str:
-        return self.stdout.read_text() + self.stderr.read_text()
-
-    def wait_for(self, predicate: Any, timeout: float = 30) -> None:
-        deadline = time.monotonic() + timeout
-        while not predicate():
-            assert self.proc.poll() is None or predicate(), self.output()
-            assert time.monotonic() < deadline, self.output()
-            time.sleep(0.005)
-
-
-def recorded(path: Path) -> list[str]:
-    if not path.exists():
-        return []
-    return [line.split(" ", 1)[1] for line in path.read_text().splitlines() if " " in line]
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_first_signal_finishes_the_message_in_hand_then_stops_with_the_summary(
@@ -445,7 +353,7 @@ def test_a_terminal_gets_a_progress_bar(subprocess_env: dict[str, str], tmp_path
     }
     (tmp_path / "drain_test_settings.py").write_text(
         "from project.settings import *  # noqa: F403\n"
-        "DEADLETTER_HANDLERS = {'q': 'tests.test_deadletter_drain.recording_handler'}\n"
+        "DEADLETTER_HANDLERS = {'q': 'tests.drain_harness.recording_handler'}\n"
     )
     proc = subprocess.Popen(
         [sys.executable, "manage.py", "deadletter_drain"],

@@ -19,11 +19,11 @@ import pytest
 from django.db import connection, connections
 from django.test.utils import CaptureQueriesContext
 
-from deadletter import codec, keys
+from deadletter import codec, keys, queue
 from deadletter.messages import Message
 from deadletter.models import QueuedMessage
 from deadletter.queue import claim_failed_msg, claiming, fetch_failed_msgs
-from tests.test_deadletter_drain import REPO, Drain, recorded
+from tests.drain_harness import REPO, Drain, recorded
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -110,11 +110,7 @@ def test_the_queue_range_scan_and_the_claim_use_the_primary_key_index(postgres: 
         )
         (pkey,) = cursor.fetchone()
     low, high = keys.queue_bounds("q")
-    page = (  # the page read of iter_failed_msgs (DESIGN.md: keyset pages in key order)
-        "SELECT key, value FROM deadletter_queuedmessage WHERE key >= %s AND key < %s "
-        "ORDER BY key LIMIT 1000",
-        (low, high),
-    )
+    page = (queue.page_sql(connection, True, 1000), (low, high))  # iter_failed_msgs' read
     with CaptureQueriesContext(connection) as ctx, claiming("q", after=low):
         pass
     (claim,) = [(q["sql"], ()) for q in ctx.captured_queries if "SKIP LOCKED" in q["sql"]]
