@@ -14,6 +14,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("--username", default="admin")
+        parser.add_argument("--url", default="http://127.0.0.1:8000/admin/")
 
     def handle(self, *args: Any, **options: Any) -> None:
         user_model = get_user_model()
@@ -23,6 +24,5 @@ class Command(BaseCommand):
         user.set_password(password)
         user.save()
         self.stdout.write(
-            f"Admin login: user {user.get_username()!r} password {password!r} "
-            "at http://127.0.0.1:8000/admin/"
+            f"Admin login: user {user.get_username()!r} password {password!r} at {options['url']}"
         )
