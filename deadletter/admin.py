@@ -9,17 +9,37 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.contrib import admin
+from django import forms
+from django.contrib import admin, messages
+from django.contrib.admin import helpers
 from django.contrib.admin.utils import quote
 from django.contrib.admin.views.main import ChangeList
 from django.db.models import Model, QuerySet
 from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.html import format_html
+from django.utils.safestring import SafeString
 
-from deadletter import codec, keys, queue
+from deadletter import codec, drain, keys, queue
+from deadletter.conf import conf
 from deadletter.messages import Message
 from deadletter.models import QueuedMessage
+
+
+class HexKeyQuerySet(QuerySet[QueuedMessage]):
+    """Reads the hex keys the admin's action checkboxes post (`pk__in`)."""
+
+    def filter(self, *args: Any, **kwargs: Any) -> Any:
+        selected = kwargs.get("pk__in")
+        if selected is not None and not isinstance(selected, QuerySet):
+            wanted = []
+            for value in selected:
+                try:
+                    wanted.append(keys.from_text(value) if isinstance(value, str) else value)
+                except ValueError:
+                    continue
+            kwargs["pk__in"] = wanted
+        return super().filter(*args, **kwargs)
 
 
 class KeyChangeList(ChangeList):
@@ -79,9 +99,41 @@ class QueuedMessageAdmin(admin.ModelAdmin):
     show_full_result_count = False
     fields = ("key_text", "queue_name", "enqueued", "decoded")
     readonly_fields = fields
+    actions = ["retry_now"]
+
+    def has_drain_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("deadletter.drain_queuedmessage")
+
+    @admin.action(description="Retry selected messages now", permissions=["drain"])
+    def retry_now(self, request: HttpRequest, queryset: QuerySet[QueuedMessage]) -> None:
+        """Hand the selected rows to their handlers with a drain's rules (at least
+        once; a drain running on the same SQLite queue makes this refuse)."""
+        selected = [bytes(k) for k in queryset.values_list("key", flat=True)]
+        try:
+            report = drain.redeliver(selected)
+        except (drain.DrainConfigError, drain.DrainLocked) as exc:
+            self.message_user(request, str(exc), messages.ERROR)
+            return
+        dropped = sum(report.dropped.values())
+        level = messages.WARNING if report.failed or report.errors else messages.SUCCESS
+        self.message_user(
+            request,
+            f"Retried {report.handled} message(s): {report.delivered} delivered, "
+            f"{report.requeued} partly delivered, {report.failed} still failing, "
+            f"{dropped} dropped.",
+            level,
+        )
 
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return KeyChangeList
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[QueuedMessage]:
+        queryset = HexKeyQuerySet(model=QueuedMessage, using=conf.DATABASE)
+        return queryset.order_by(*self.get_ordering(request))
+
+    def action_checkbox(self, obj: QueuedMessage) -> SafeString:
+        checkbox = forms.CheckboxInput({"class": "action-select"}, lambda value: False)
+        return checkbox.render(helpers.ACTION_CHECKBOX_NAME, keys.to_text(obj.key_bytes))
 
     def get_object(
         self, request: HttpRequest, object_id: str, from_field: str | None = None

@@ -71,3 +71,50 @@ def test_queue_filter_lists_queues_and_shows_only_the_chosen_one(admin_client) -
     assert "telegram-queue" in body  # offered in the filter
     assert "in discord" in body
     assert "in telegram" not in body
+
+
+def ok_handler(msg: Message) -> None:
+    return None
+
+
+def failing_handler(msg: Message) -> None:
+    raise ConnectionError("still down")
+
+
+def retry(admin_client, *keys_: bytes):
+    url = reverse("admin:deadletter_queuedmessage_changelist")
+    return admin_client.post(
+        url,
+        {"action": "retry_now", "_selected_action": [keys.to_text(k) for k in keys_]},
+        follow=True,
+    )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_retry_now_delivers_the_selected_rows_only(admin_client, settings) -> None:
+    settings.DEADLETTER_HANDLERS = {"q": "tests.test_admin.ok_handler"}
+    chosen = store_failed_msgs("q", Message(subject="chosen"))
+    store_failed_msgs("q", Message(subject="left alone"))
+    page = retry(admin_client, chosen)
+    assert "1 delivered" in page.content.decode()
+    assert [q.msg.subject for q in fetch_failed_msgs("q")] == ["left alone"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_retry_now_records_a_failure_on_the_row(admin_client, settings) -> None:
+    settings.DEADLETTER_HANDLERS = {"q": "tests.test_admin.failing_handler"}
+    key = store_failed_msgs("q", Message(subject="still failing"))
+    page = retry(admin_client, key)
+    assert "1 still failing" in page.content.decode()
+    (item,) = fetch_failed_msgs("q")
+    assert item.msg.extra["Attempts"] == 1
+    assert "ConnectionError: still down" in item.msg.extra["LastError"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_retry_now_without_a_handler_says_why(admin_client, settings) -> None:
+    settings.DEADLETTER_HANDLERS = {}
+    key = store_failed_msgs("q", Message(subject="no handler"))
+    page = retry(admin_client, key)
+    assert "handler" in page.content.decode()
+    assert len(fetch_failed_msgs("q")) == 1
