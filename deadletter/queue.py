@@ -584,6 +584,8 @@ def _delete_sql(connection: BaseDatabaseWrapper) -> str:
 
 def _after_commit(connection: BaseDatabaseWrapper, signal: Any, **kwargs: Any) -> None:
     """Send `signal` once the current transaction commits (at once in autocommit)."""
+    if not signal.receivers:
+        return  # the common case on the hot paths: nothing to defer
 
     def send() -> None:
         for receiver, result in signal.send_robust(**kwargs):
