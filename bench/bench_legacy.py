@@ -1,7 +1,7 @@
 """Issue 3: splitting one legacy aggregate row of 200,000 messages.
 
 Prints, for the split the data migration and fetch share (`split_legacy_row`,
-reached through `queue.split_legacy_rows` and through the first
+reached through `legacy.split_legacy_rows` and through the first
 `iter_failed_msgs`) and for `kvfile.import_kv` of a Go kv file holding the
 same aggregate:
   time       against raw sqlite3 bulk-INSERTing the same rows in one transaction
@@ -55,7 +55,7 @@ def child(mode: str, path: Path, kv_path: Path) -> None:
     django.setup()
     from django.db import connection
 
-    from deadletter import kvfile, queue
+    from deadletter import kvfile, legacy, queue
 
     connection.ensure_connection()
     with connection.cursor() as cursor:  # warm the connection and the SQL paths
@@ -64,7 +64,7 @@ def child(mode: str, path: Path, kv_path: Path) -> None:
     base_kb = status_kb("VmRSS")
     start = time.perf_counter()
     if mode == "migration":
-        split, stored = queue.split_legacy_rows(connection, TABLE)
+        split, stored = legacy.split_legacy_rows(connection, TABLE)
         assert (split, stored) == (1, MESSAGES), (split, stored)
     elif mode == "fetch":
         first = next(queue.iter_failed_msgs(QUEUE))  # splits the aggregate, then reads

@@ -18,7 +18,8 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from deadletter import codec, keys
 from deadletter.conf import conf
 from deadletter.messages import Message
-from deadletter.queue import TABLE, queue_names
+from deadletter.queue import queue_names
+from deadletter.sql import TABLE
 
 __all__ = ["QueueSummary", "Row", "get_row", "page_rows", "summarize", "summarize_all"]
 

@@ -6,7 +6,7 @@ row moves across as it is, key and bytes unchanged. Rows with `expires_at`
 set are the Go program's de-duplication marks, not queue rows: they are
 never read or written here. A legacy aggregate row is split on the way in
 (and on the way out, should one still be here) by the same rule as fetch
-and the data migration (`queue.legacy_message_rows`), under keys derived
+and the data migration (`legacy.legacy_message_rows`), under keys derived
 from the file alone, so importing a file twice, or a file exported from
 here, writes nothing twice: a row whose key the destination already holds
 is counted as present and left alone.
@@ -36,7 +36,7 @@ from typing import Literal
 from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from deadletter import codec, keys, queue
+from deadletter import codec, keys, legacy
 from deadletter.conf import conf
 from deadletter.exceptions import DeadletterError
 from deadletter.models import QueuedMessage
@@ -175,7 +175,7 @@ def _kv_rows(conn: sqlite3.Connection, low: bytes, high: bytes, page: int = 100)
     after, op = low, ">="
     while True:
         cursor = conn.execute(
-            f"SELECT key, value, expires_at FROM kv WHERE key {op} ? AND key < ? "  # noqa: S608
+            f"SELECT key, value, expires_at FROM kv WHERE key {op} ? AND key < ? "
             f"ORDER BY key LIMIT {int(page)}",
             (after, high),
         )
@@ -200,7 +200,7 @@ def _as_bytes(value: bytes | str | None) -> bytes:
 def _kv_queue_prefixes(conn: sqlite3.Connection) -> list[bytes]:
     """The queue names (raw bytes) a kv file holds queue rows of, in key order.
 
-    A loose index scan, as `queue.iter_queue_heads`: one lookup per queue,
+    A loose index scan, as `legacy.iter_queue_heads`: one lookup per queue,
     no blob read.
     """
     prefixes: list[bytes] = []
@@ -297,7 +297,7 @@ def _destination_rows(
                 continue
             counts.messages += count
             # Decoded a second time while written, one message at a time.
-            split = queue.legacy_message_rows(
+            split = legacy.legacy_message_rows(
                 key, value, count=count, top_ns=top_ns, seq=_legacy_seq(key, value), now_ns=now_ns
             )
             for new_key, new_value in split:
@@ -367,7 +367,7 @@ class _QueueTable(_Sink):
         marks = ", ".join(["%s"] * len(batch))
         with self.connection.cursor() as cursor:
             cursor.execute(
-                f"SELECT key FROM {self.table} WHERE key IN ({marks})",  # noqa: S608
+                f"SELECT key FROM {self.table} WHERE key IN ({marks})",
                 list(batch),
             )
             return {bytes(row[0]) for row in cursor.fetchall()}
@@ -375,8 +375,7 @@ class _QueueTable(_Sink):
     def insert(self, rows: Sequence[Row]) -> None:
         with self.connection.cursor() as cursor:
             cursor.executemany(
-                f"INSERT INTO {self.table} (key, value) VALUES (%s, %s) "  # noqa: S608
-                "ON CONFLICT DO NOTHING",
+                f"INSERT INTO {self.table} (key, value) VALUES (%s, %s) ON CONFLICT DO NOTHING",
                 rows,
             )
 
@@ -464,7 +463,7 @@ class _KvTable(_Sink):
 
     def existing(self, batch: Sequence[bytes]) -> set[bytes]:
         marks = ", ".join(["?"] * len(batch))
-        sql = f"SELECT key FROM kv WHERE key IN ({marks})"  # noqa: S608
+        sql = f"SELECT key FROM kv WHERE key IN ({marks})"
         return {_as_bytes(row[0]) for row in self.conn.execute(sql, list(batch))}
 
     def insert(self, rows: Sequence[Row]) -> None:
@@ -482,7 +481,7 @@ def _table_rows(
     while True:
         with connection.cursor() as cursor:
             cursor.execute(
-                f"SELECT key, value FROM {quoted} WHERE key {op} %s AND key < %s "  # noqa: S608
+                f"SELECT key, value FROM {quoted} WHERE key {op} %s AND key < %s "
                 f"ORDER BY key LIMIT {int(page)}",
                 (after, high),
             )
@@ -499,7 +498,7 @@ def _table_first_message_ns(
     quoted = connection.ops.quote_name(table)
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT key FROM {quoted} WHERE key > %s AND key < %s ORDER BY key LIMIT 1",  # noqa: S608
+            f"SELECT key FROM {quoted} WHERE key > %s AND key < %s ORDER BY key LIMIT 1",
             (prefix, prefix + b"\x01"),
         )
         row = cursor.fetchone()
@@ -574,7 +573,7 @@ def export_kv(
     connection = connections[using or conf.DATABASE]
     table = QueuedMessage._meta.db_table
     available = [
-        head.partition(keys.SEPARATOR)[0] for head in queue.iter_queue_heads(connection, table)
+        head.partition(keys.SEPARATOR)[0] for head in legacy.iter_queue_heads(connection, table)
     ]
     prefixes = _resolve_queues(available, queues, "the queue table")
     report = Report("export", path)

@@ -13,27 +13,26 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import functools
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import timedelta
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from asgiref.sync import sync_to_async
 from django.db import (
     DatabaseError,
     IntegrityError,
     NotSupportedError,
-    connections,
     transaction,
 )
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from deadletter import codec, keys, signals
+from deadletter import codec, keys, signals, sql
 from deadletter.conf import conf
 from deadletter.exceptions import DeadletterError
 from deadletter.gotime import GoTime
+from deadletter.legacy import iter_queue_heads, split_legacy_row
 from deadletter.messages import Message
 
 __all__ = [
@@ -46,18 +45,15 @@ __all__ = [
     "dequeue",
     "fetch_failed_msgs",
     "iter_failed_msgs",
-    "split_legacy_row",
     "store_failed_msgs",
 ]
 
 logger = logging.getLogger("deadletter")
 
 MAX_QUEUE_AGE = timedelta(days=30)
-TABLE = "deadletter_queuedmessage"
 
 _INSERT_ATTEMPTS = 5
 _REREAD_LIMIT = 5
-_SPLIT_BATCH = 1000
 
 
 class QueueingError(DeadletterError):
@@ -78,57 +74,9 @@ class Queued(NamedTuple):
     msg: Message
 
 
-def _connection() -> BaseDatabaseWrapper:
-    return connections[conf.DATABASE]
-
-
 def _max_age_ns() -> int:
     age = conf.MAX_QUEUE_AGE
     return (age.days * 86_400 + age.seconds) * 1_000_000_000 + age.microseconds * 1_000
-
-
-def _quoted(connection: BaseDatabaseWrapper, table: str) -> str:
-    return connection.ops.quote_name(table)
-
-
-def _write(connection: BaseDatabaseWrapper, sql: str, params: Any) -> int:
-    """Run one write, in a savepoint when the caller holds a transaction so a
-    failed statement does not poison it; in its own autocommit otherwise.
-
-    The autocommit path goes straight to the driver's connection (errors
-    still mapped to Django's): Django's cursor wrapper and placeholder
-    rewriting cost as much as the INSERT itself on SQLite.
-    """
-    if connection.in_atomic_block:
-        with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
-            cursor.execute(sql, params)
-            return cursor.rowcount
-    connection.ensure_connection()
-    with connection.wrap_database_errors:
-        cursor = connection.connection.cursor()
-        try:
-            cursor.execute(_driver_sql(connection.vendor, sql), params)
-            return cursor.rowcount
-        finally:
-            cursor.close()
-
-
-def _read(connection: BaseDatabaseWrapper, sql: str, params: Any) -> list[tuple[Any, ...]]:
-    """All rows of one SELECT, on the driver's cursor like `_write` (a page of a
-    scan is read whole, so no cursor stays open while the caller works)."""
-    connection.ensure_connection()
-    with connection.wrap_database_errors:
-        cursor = connection.connection.cursor()
-        try:
-            cursor.execute(_driver_sql(connection.vendor, sql), params)
-            return cursor.fetchall()
-        finally:
-            cursor.close()
-
-
-@functools.lru_cache(maxsize=64)
-def _driver_sql(vendor: str, sql: str) -> str:
-    return sql.replace("%s", "?") if vendor == "sqlite" else sql
 
 
 # --- store -----------------------------------------------------------------
@@ -151,18 +99,18 @@ def store_failed_msgs(queue: str, msg: Message) -> bytes:
         logger.error("store failed queue=%s reason=unencodable error=%s", queue, exc)
         raise QueueingError from exc
     key = insert_value(prefix, value, queue=queue)
-    _after_commit(_connection(), signals.message_enqueued, sender=queue, key=key, msg=msg)
+    sql.after_commit(sql.connection(), signals.message_enqueued, sender=queue, key=key, msg=msg)
     return key
 
 
 def insert_value(prefix: bytes, value: bytes, *, queue: str) -> bytes:
     """Insert an encoded row under a fresh key, retrying a key collision with a new key."""
-    connection = _connection()
-    sql = f"INSERT INTO {_quoted(connection, TABLE)} (key, value) VALUES (%s, %s)"
+    connection = sql.connection()
+    query = f"INSERT INTO {sql.quoted(connection, sql.TABLE)} (key, value) VALUES (%s, %s)"
     for _ in range(_INSERT_ATTEMPTS):
         key = keys.new_key(prefix)
         try:
-            _write(connection, sql, (key, value))
+            sql.write(connection, query, (key, value))
         except IntegrityError:
             logger.warning("store key collision queue=%s key=%s", queue, key.hex())
             continue
@@ -183,16 +131,16 @@ def dequeue(key: bytes) -> None:
     the message over again (at least once, never lost).
     """
     key = bytes(key)
-    connection = _connection()
+    connection = sql.connection()
     try:
-        deleted = _write(
-            connection, f"DELETE FROM {_quoted(connection, TABLE)} WHERE key = %s", (key,)
+        deleted = sql.write(
+            connection, f"DELETE FROM {sql.quoted(connection, sql.TABLE)} WHERE key = %s", (key,)
         )
     except DatabaseError:
         logger.exception("dequeue failed key=%s", key.hex())
         return
     if deleted:
-        _after_commit(connection, signals.message_dequeued, sender=keys.queue_of(key), key=key)
+        sql.after_commit(connection, signals.message_dequeued, sender=keys.queue_of(key), key=key)
 
 
 # --- fetch -----------------------------------------------------------------
@@ -218,14 +166,14 @@ def iter_failed_msgs(queue: str, batch_size: int = 1000) -> Iterator[Queued]:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
     low, high = keys.queue_bounds(queue)
     prefix = low
-    connection = _connection()
+    connection = sql.connection()
     max_age_ns = _max_age_ns()
     decode_single, separator, new_queued = codec.decode_single, keys.SEPARATOR, tuple.__new__
     after, inclusive = low, True
     rereads: dict[bytes, int] = {}
     while True:
         try:
-            rows = _read(connection, page_sql(connection, inclusive, batch_size), (after, high))
+            rows = sql.read(connection, page_sql(connection, inclusive, batch_size), (after, high))
         except DatabaseError:
             logger.exception("fetch failed queue=%s", queue)
             return
@@ -272,8 +220,8 @@ def page_sql(connection: BaseDatabaseWrapper, inclusive: bool, batch_size: int) 
     """
     op = ">=" if inclusive else ">"
     return (
-        f"SELECT key, value FROM {_quoted(connection, TABLE)} WHERE key {op} %s AND key < %s "
-        f"ORDER BY key LIMIT {int(batch_size)}"
+        f"SELECT key, value FROM {sql.quoted(connection, sql.TABLE)} "
+        f"WHERE key {op} %s AND key < %s ORDER BY key LIMIT {int(batch_size)}"
     )
 
 
@@ -291,7 +239,7 @@ def _process_row(
     max_age_ns: int | None = None,
 ) -> Queued | object:
     """Apply the semantics table to one row: a `Queued` to hand out, or skip, or reread."""
-    table = TABLE
+    table = sql.TABLE
     now_ns = time.time_ns()
     if max_age_ns is None:
         max_age_ns = _max_age_ns()
@@ -301,9 +249,9 @@ def _process_row(
         except codec.CodecError as exc:
             logger.error("dropping corrupt legacy row queue=%s error=%s", queue, exc)
             if _safe_delete(connection, table, key, value, queue):
-                _dropped(connection, queue, key, None, "corrupt")
+                sql.dropped(connection, queue, key, None, "corrupt")
             return _SKIP
-        except _Conflict:
+        except sql.Conflict:
             pass
         except DatabaseError:
             logger.exception("legacy split failed queue=%s", queue)
@@ -314,7 +262,7 @@ def _process_row(
     except codec.CodecError as exc:
         logger.error("dropping corrupt row queue=%s key=%s error=%s", queue, key.hex(), exc)
         if _safe_delete(connection, table, key, value, queue):
-            _dropped(connection, queue, key, None, "corrupt")
+            sql.dropped(connection, queue, key, None, "corrupt")
         return _SKIP
     live, expired, changed = _apply_age_rules(queue, key, msgs, now_ns, max_age_ns)
     if not changed and len(live) == 1:
@@ -322,27 +270,18 @@ def _process_row(
     if not live:
         if _safe_delete(connection, table, key, value, queue):
             for msg in expired:
-                _dropped(connection, queue, key, msg, "expired")
+                sql.dropped(connection, queue, key, msg, "expired")
         return _SKIP
     try:
         _rewrite_row(connection, table, prefix, key, value, live, queue)
-    except _Conflict:
+    except sql.Conflict:
         return _REREAD
     except DatabaseError:
         logger.exception("rewrite failed queue=%s key=%s", queue, key.hex())
         return _SKIP
     for msg in expired:
-        _dropped(connection, queue, key, msg, "expired")
+        sql.dropped(connection, queue, key, msg, "expired")
     return _REREAD
-
-
-def _dropped(
-    connection: BaseDatabaseWrapper, queue: str, key: bytes, msg: Message | None, reason: str
-) -> None:
-    """`message_dropped` once the row change that dropped `msg` has committed."""
-    _after_commit(
-        connection, signals.message_dropped, sender=queue, key=key, msg=msg, reason=reason
-    )
 
 
 def _apply_age_rules(
@@ -371,16 +310,12 @@ def _apply_age_rules(
     return live, expired, changed
 
 
-class _Conflict(Exception):
-    """The row changed between read and write: another reader got there first."""
-
-
 def _delete_if_unchanged(
     connection: BaseDatabaseWrapper, table: str, key: bytes, value: bytes
 ) -> int:
-    return _write(
+    return sql.write(
         connection,
-        f"DELETE FROM {_quoted(connection, table)} WHERE key = %s AND value = %s",
+        f"DELETE FROM {sql.quoted(connection, table)} WHERE key = %s AND value = %s",
         (key, value),
     )
 
@@ -406,14 +341,14 @@ def _rewrite_row(
 ) -> None:
     """Keep the first message under `key`, give each further one its own key right
     after it, so every message keeps its place in the queue's order."""
-    quoted = _quoted(connection, table)
+    quoted = sql.quoted(connection, table)
     with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
         cursor.execute(
             f"UPDATE {quoted} SET value = %s WHERE key = %s AND value = %s",
             (codec.encode_one(live[0]), key, old_value),
         )
         if cursor.rowcount != 1:
-            raise _Conflict
+            raise sql.Conflict
         rest = live[1:]
         if not rest:
             return
@@ -440,71 +375,7 @@ def _rewrite_row(
                     [(k, codec.encode_one(m)) for k, m in zip(new_keys, rest, strict=True)],
                 )
         except IntegrityError as exc:
-            raise _Conflict from exc
-
-
-def split_legacy_row(
-    connection: BaseDatabaseWrapper,
-    table: str,
-    prefix: bytes,
-    value: bytes,
-    *,
-    now_ns: int,
-    max_age_ns: int | None = None,
-) -> int:
-    """Split a legacy aggregate row (a whole queue under the bare name) into
-    per-message rows; returns how many rows it stored.
-
-    Its messages are older than any per-message row already in the queue, so
-    they get keys just below the first such row, in list order. The aggregate
-    is deleted in the same transaction that stores its messages: a crash
-    leaves either the aggregate or all of its rows. The blob is decoded item
-    by item and written in batches, so memory stays bounded by the blob.
-    Used by `fetch_failed_msgs` and by the data migration alike; the rows
-    themselves come from `legacy_message_rows`, which the kv import and
-    export share.
-
-    Raises `codec.CodecError` for a corrupt blob (nothing written) and
-    `_Conflict` if another reader split it first.
-    """
-    quoted = _quoted(connection, table)
-    queue = prefix.decode("utf-8", errors="replace")
-    count = sum(1 for _ in codec.iter_decode(value))
-    stored = 0
-    with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
-        # The length, not the bytes, tells whether the row is still the one read:
-        # sending a big blob back to compare it costs the database (and, on
-        # SQLite, this process) two more copies of it.
-        cursor.execute(
-            f"DELETE FROM {quoted} WHERE key = %s AND length(value) = %s",  # noqa: S608
-            (prefix, len(value)),
-        )
-        if cursor.rowcount != 1:
-            raise _Conflict
-        if count == 0:
-            return 0
-        cursor.execute(
-            f"SELECT key FROM {quoted} WHERE key > %s AND key < %s ORDER BY key LIMIT 1",
-            (prefix, prefix + b"\x01"),
-        )
-        first = cursor.fetchone()
-        top_ns = min(keys.parse_key(bytes(first[0])).time_ns, now_ns) if first else now_ns
-        seq = keys.parse_key(keys.new_key(prefix)).seq
-        rows = legacy_message_rows(
-            prefix,
-            value,
-            count=count,
-            top_ns=top_ns,
-            seq=seq,
-            now_ns=now_ns,
-            max_age_ns=max_age_ns,
-            on_expired=lambda msg: _dropped(connection, queue, prefix, msg, "expired"),
-        )
-        for batch in _batches(rows, _SPLIT_BATCH):
-            cursor.executemany(f"INSERT INTO {quoted} (key, value) VALUES (%s, %s)", batch)
-            stored += len(batch)
-    logger.info("split legacy row queue=%s messages=%s stored=%s", queue, count, stored)
-    return stored
+            raise sql.Conflict from exc
 
 
 # --- drain support: claim, settle, preview ---------------------------------
@@ -527,19 +398,19 @@ class Preview:
 
 def database_vendor() -> str:
     """The vendor of the queue's database ("sqlite", "postgresql", ...)."""
-    return _connection().vendor
+    return sql.connection().vendor
 
 
 def can_claim_rows() -> bool:
     """Whether the queue's database can lock single rows and skip locked ones,
     which several drains at once need to never hand a message over twice."""
-    connection = _connection()
+    connection = sql.connection()
     return connection.vendor != "sqlite" and connection.features.has_select_for_update_skip_locked
 
 
 def sqlite_file() -> str | None:
     """The file of a SQLite queue database; None for another backend or an in-memory one."""
-    connection = _connection()
+    connection = sql.connection()
     if connection.vendor != "sqlite":
         return None
     name = str(connection.settings_dict["NAME"])
@@ -552,10 +423,10 @@ def tail_key(queue: str) -> bytes | None:
     """The newest key of `queue` now (one index lookup), to bound a drain to the
     rows that were there when it started."""
     low, high = keys.queue_bounds(queue)
-    connection = _connection()
+    connection = sql.connection()
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT key FROM {_quoted(connection, TABLE)} "  # noqa: S608
+            f"SELECT key FROM {sql.quoted(connection, sql.TABLE)} "
             "WHERE key >= %s AND key < %s ORDER BY key DESC LIMIT 1",
             (low, high),
         )
@@ -567,48 +438,35 @@ def count_rows(queue: str, until: bytes | None = None) -> int:
     """How many rows `queue` holds up to and including `until` (a legacy or
     multi-message row counts once): a progress bar's total, not a message count."""
     low, high = keys.queue_bounds(queue)
-    connection = _connection()
-    sql = f"SELECT COUNT(*) FROM {_quoted(connection, TABLE)} WHERE key >= %s AND key < %s"  # noqa: S608
+    connection = sql.connection()
+    query = f"SELECT COUNT(*) FROM {sql.quoted(connection, sql.TABLE)} WHERE key >= %s AND key < %s"
     params: tuple[bytes, ...] = (low, high)
     if until is not None:
-        sql += " AND key <= %s"
+        query += " AND key <= %s"
         params += (until,)
     with connection.cursor() as cursor:
-        cursor.execute(sql, params)
+        cursor.execute(query, params)
         return int(cursor.fetchone()[0])
 
 
 def _delete_sql(connection: BaseDatabaseWrapper) -> str:
-    return f"DELETE FROM {_quoted(connection, TABLE)} WHERE key = %s"  # noqa: S608
-
-
-def _after_commit(connection: BaseDatabaseWrapper, signal: Any, **kwargs: Any) -> None:
-    """Send `signal` once the current transaction commits (at once in autocommit)."""
-    if not signal.receivers:
-        return  # the common case on the hot paths: nothing to defer
-
-    def send() -> None:
-        for receiver, result in signal.send_robust(**kwargs):
-            if isinstance(result, Exception):
-                logger.error("signal receiver failed receiver=%r error=%r", receiver, result)
-
-    transaction.on_commit(send, using=connection.alias)
+    return f"DELETE FROM {sql.quoted(connection, sql.TABLE)} WHERE key = %s"
 
 
 def rewrite_msg(key: bytes, msg: Message) -> bool:
     """Write `msg` back in place under `key`, keeping the row's place in the queue;
     False when the row is gone (nothing is written then). Raises `QueueingError`."""
     key = bytes(key)
-    connection = _connection()
+    connection = sql.connection()
     try:
         value = codec.encode_one(msg)
     except (codec.CodecError, TypeError, ValueError) as exc:
         raise QueueingError from exc
     try:
         return bool(
-            _write(
+            sql.write(
                 connection,
-                f"UPDATE {_quoted(connection, TABLE)} SET value = %s WHERE key = %s",  # noqa: S608
+                f"UPDATE {sql.quoted(connection, sql.TABLE)} SET value = %s WHERE key = %s",
                 (value, key),
             )
         )
@@ -634,15 +492,17 @@ def replace_msg(key: bytes, msg: Message) -> bytes | None:
         value = codec.encode_one(msg)
     except (codec.CodecError, TypeError, ValueError) as exc:
         raise QueueingError from exc
-    connection = _connection()
+    connection = sql.connection()
     try:
         with transaction.atomic(using=connection.alias):
-            deleted = _write(connection, _delete_sql(connection), (key,))
+            deleted = sql.write(connection, _delete_sql(connection), (key,))
             if not deleted:
                 return None
             new_key = insert_value(prefix, value, queue=queue)
-            _after_commit(connection, signals.message_dequeued, sender=queue, key=key)
-            _after_commit(connection, signals.message_enqueued, sender=queue, key=new_key, msg=msg)
+            sql.after_commit(connection, signals.message_dequeued, sender=queue, key=key)
+            sql.after_commit(
+                connection, signals.message_enqueued, sender=queue, key=new_key, msg=msg
+            )
     except DatabaseError as exc:
         logger.exception("replace failed queue=%s key=%s", queue, key.hex())
         raise QueueingError from exc
@@ -655,15 +515,15 @@ def drop_msg(key: bytes, msg: Message | None, reason: str) -> bool:
     already gone. Raises `QueueingError`."""
     key = bytes(key)
     queue = keys.queue_of(key)
-    connection = _connection()
+    connection = sql.connection()
     try:
-        deleted = _write(connection, _delete_sql(connection), (key,))
+        deleted = sql.write(connection, _delete_sql(connection), (key,))
     except DatabaseError as exc:
         logger.exception("drop failed queue=%s key=%s", queue, key.hex())
         raise QueueingError from exc
     if deleted:
         logger.info("dropped message queue=%s key=%s reason=%s", queue, key.hex(), reason)
-        _after_commit(
+        sql.after_commit(
             connection, signals.message_dropped, sender=queue, key=key, msg=msg, reason=reason
         )
     return bool(deleted)
@@ -686,7 +546,7 @@ def claiming(
     that dies before the end releases the row to the other drains untouched.
     Needs a database that `can_claim_rows`.
     """
-    connection = _connection()
+    connection = sql.connection()
     with transaction.atomic(using=connection.alias):
         yield claim_failed_msg(queue, after=after, until=until)
 
@@ -699,27 +559,26 @@ def claim_failed_msg(
     `claiming`). Rows the rules rewrite or drop on the way are treated as by
     `iter_failed_msgs`, in the same transaction.
     """
-    connection = _connection()
+    connection = sql.connection()
     if not connection.in_atomic_block:
         raise transaction.TransactionManagementError("claim_failed_msg needs a transaction")
     if not can_claim_rows():
         raise NotSupportedError(f"{connection.vendor} cannot skip locked rows")
     low, high = keys.queue_bounds(queue)
-    table = _quoted(connection, TABLE)
+    table = sql.quoted(connection, sql.TABLE)
     lock = connection.ops.for_update_sql(skip_locked=True)
     bound, inclusive = (after, False) if after is not None else (low, True)
     rereads = 0
     while True:
-        sql = (
-            f"SELECT key, value FROM {table} WHERE key {'>=' if inclusive else '>'} %s "  # noqa: S608
-            "AND key < %s"
+        query = (
+            f"SELECT key, value FROM {table} WHERE key {'>=' if inclusive else '>'} %s AND key < %s"
         )
         params: tuple[bytes, ...] = (bound, high)
         if until is not None:
-            sql += " AND key <= %s"
+            query += " AND key <= %s"
             params += (until,)
         with connection.cursor() as cursor:
-            cursor.execute(f"{sql} ORDER BY key LIMIT 1 {lock}", params)
+            cursor.execute(f"{query} ORDER BY key LIMIT 1 {lock}", params)
             row = cursor.fetchone()
         if row is None:
             return None
@@ -744,8 +603,8 @@ def fetch_msg(key: bytes) -> Queued | None:
     means another drain holds it. Never raises for database or data problems.
     """
     key = bytes(key)
-    connection = _connection()
-    table = _quoted(connection, TABLE)
+    connection = sql.connection()
+    table = sql.quoted(connection, sql.TABLE)
     lock = ""
     if connection.in_atomic_block and can_claim_rows():
         lock = " " + connection.ops.for_update_sql(skip_locked=True)
@@ -754,7 +613,7 @@ def fetch_msg(key: bytes) -> Queued | None:
     for _ in range(_REREAD_LIMIT):
         try:
             with connection.cursor() as cursor:
-                cursor.execute(f"SELECT key, value FROM {table} WHERE key = %s{lock}", (key,))  # noqa: S608
+                cursor.execute(f"SELECT key, value FROM {table} WHERE key = %s{lock}", (key,))
                 row = cursor.fetchone()
         except DatabaseError:
             logger.exception("fetch failed key=%s", key.hex())
@@ -774,13 +633,13 @@ def preview_failed_msgs(queue: str, batch_size: int = 1000) -> Iterator[Preview]
     """Every message of `queue` oldest first with what a drain would do to it,
     read only: no row is split, stamped or deleted (for `--dry-run`)."""
     low, high = keys.queue_bounds(queue)
-    connection = _connection()
-    table = _quoted(connection, TABLE)
+    connection = sql.connection()
+    table = sql.quoted(connection, sql.TABLE)
     after, op = low, ">="
     while True:
         with connection.cursor() as cursor:
             cursor.execute(
-                f"SELECT key, value FROM {table} WHERE key {op} %s AND key < %s "  # noqa: S608
+                f"SELECT key, value FROM {table} WHERE key {op} %s AND key < %s "
                 f"ORDER BY key LIMIT {int(batch_size)}",
                 (after, high),
             )
@@ -802,9 +661,9 @@ def preview_failed_msgs(queue: str, batch_size: int = 1000) -> Iterator[Preview]
 
 def queue_names() -> list[str]:
     """The name of every queue that holds a row, in key order: one index seek a queue."""
-    connection = _connection()
+    connection = sql.connection()
     try:
-        heads = list(iter_queue_heads(connection, TABLE))
+        heads = list(iter_queue_heads(connection, sql.TABLE))
     except DatabaseError:
         logger.exception("listing queues failed")
         return []
@@ -836,208 +695,3 @@ async def adequeue(key: bytes) -> None:
     if cancelled:
         raise asyncio.CancelledError
     task.result()
-
-
-# --- legacy aggregates: split, walk, fold back -----------------------------
-
-
-def legacy_message_rows(
-    prefix: bytes,
-    value: bytes,
-    *,
-    count: int,
-    top_ns: int,
-    seq: int,
-    now_ns: int,
-    max_age_ns: int | None = None,
-    on_expired: Callable[[Message], None] | None = None,
-) -> Iterator[tuple[bytes, bytes]]:
-    """The `(key, value)` rows a legacy aggregate of `count` messages becomes, in list order.
-
-    The one rule for turning an aggregate into rows, shared by
-    `split_legacy_row` (fetch and the data migration) and by the kv import and
-    export: message `i` gets the key `(top_ns - count + i, seq)`, so all of
-    them sort just below `top_ns` in the aggregate's order; a zero
-    `queued_at` is stamped with `now_ns` so the age limit can fire for it;
-    with `max_age_ns` an expired message is dropped (its slot stays empty) and
-    handed to `on_expired`.
-    The blob is decoded one message at a time, so only the current message
-    is held beside it. Raises `codec.CodecError` for a corrupt blob.
-    """
-    if top_ns < count:
-        raise codec.CodecError("no room for the legacy messages before the queue's first row")
-    base_ns = top_ns - count
-    cutoff = None if max_age_ns is None else now_ns - max_age_ns
-    for index, msg in enumerate(codec.iter_decode(value)):
-        if index >= count:
-            raise codec.CodecError(f"legacy row holds more than the {count} messages counted")
-        if msg.queued_at is None:
-            msg = msg.replace(queued_at=GoTime(now_ns))
-        elif cutoff is not None and msg.queued_at.unix_ns < cutoff:
-            if on_expired is not None:
-                on_expired(msg)
-            continue
-        yield keys.make_key(prefix, base_ns + index, seq), codec.encode_one(msg)
-
-
-def _batches(rows: Iterator[tuple[bytes, bytes]], size: int) -> Iterator[list[tuple[bytes, bytes]]]:
-    batch: list[tuple[bytes, bytes]] = []
-    for row in rows:
-        batch.append(row)
-        if len(batch) >= size:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
-
-
-def iter_queue_heads(connection: BaseDatabaseWrapper, table: str) -> Iterator[bytes]:
-    """The lowest key of every queue in `table`: a legacy key when the queue has an aggregate.
-
-    A loose index scan: after a queue's first key it jumps past the queue's
-    whole range `[name, name 0x01)`, so finding the legacy rows of a table of
-    millions of rows costs one indexed lookup per queue, not a full scan.
-    """
-    quoted = _quoted(connection, table)
-    sql = f"SELECT key FROM {quoted} WHERE key >= %s ORDER BY key LIMIT 1"  # noqa: S608
-    after = b""
-    while True:
-        with connection.cursor() as cursor:
-            cursor.execute(sql, (after,))
-            row = cursor.fetchone()
-        if row is None:
-            return
-        key = bytes(row[0])
-        yield key
-        after = key.partition(keys.SEPARATOR)[0] + b"\x01"
-
-
-def split_legacy_rows(connection: BaseDatabaseWrapper, table: str) -> tuple[int, int]:
-    """Split every legacy aggregate row of `table`; returns (aggregates split, rows stored).
-
-    Each aggregate goes through `split_legacy_row` in its own transaction, so
-    an interrupted run keeps every queue it finished and a rerun carries on
-    with the rest: a crash leaves each aggregate either whole or fully split.
-    Nothing is dropped for age here (the next fetch applies the limit), and a
-    corrupt aggregate is logged and left for fetch, which drops it by its
-    own rule: a schema step should not be the one to destroy data.
-    """
-    quoted = _quoted(connection, table)
-    split = stored = 0
-    for head in iter_queue_heads(connection, table):
-        if not keys.is_legacy_key(head):
-            continue
-        queue = keys.queue_of(head)
-        with connection.cursor() as cursor:
-            cursor.execute(f"SELECT value FROM {quoted} WHERE key = %s", (head,))  # noqa: S608
-            row = cursor.fetchone()
-        if row is None:
-            continue
-        value = bytes(row[0]) if row[0] is not None else b""
-        try:
-            stored += split_legacy_row(connection, table, head, value, now_ns=time.time_ns())
-        except _Conflict:
-            logger.info("legacy row already split by another process queue=%s", queue)
-            continue
-        except (codec.CodecError, ValueError) as exc:
-            logger.error("legacy row left unsplit queue=%s error=%s", queue, exc)
-            continue
-        split += 1
-    return split, stored
-
-
-def _cbor_array_head(count: int) -> bytes:
-    """The head of a definite-length CBOR array in its shortest form, as Go writes it."""
-    if count < 24:
-        return bytes([0x80 | count])
-    for info, width in ((24, 1), (25, 2), (26, 4), (27, 8)):
-        if count < 1 << (8 * width):
-            return bytes([0x80 | info]) + count.to_bytes(width, "big")
-    raise ValueError(f"too many messages for one CBOR array: {count}")
-
-
-def fold_queue_rows(
-    connection: BaseDatabaseWrapper, table: str, prefix: bytes, *, batch_size: int = 1000
-) -> int:
-    """Fold every row of one queue back into one legacy aggregate row under the bare
-    name, in key order; returns how many messages the aggregate holds.
-
-    The reverse of `split_legacy_row`, for a downgrade to a release that only
-    reads aggregates: one transaction per queue, so a crash leaves the queue
-    either as it was or folded. A row that does not decode is left in place
-    (logged), never folded into the aggregate: one bad row must not make the
-    whole queue unreadable. Rows are read in key pages and only the aggregate being
-    built is held, so memory stays near twice the aggregate's size.
-    """
-    quoted = _quoted(connection, table)
-    queue = prefix.decode("utf-8", errors="replace")
-    high = prefix + b"\x01"
-    body = bytearray()
-    count = 0
-    with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
-        after, op = prefix, ">="
-        while True:
-            cursor.execute(
-                f"SELECT key, value FROM {quoted} WHERE key {op} %s AND key < %s "  # noqa: S608
-                f"ORDER BY key LIMIT {int(batch_size)}",
-                (after, high),
-            )
-            rows = cursor.fetchall()
-            if not rows:
-                break
-            folded: list[tuple[bytes]] = []
-            for raw_key, raw_value in rows:
-                key = bytes(raw_key)
-                mark = len(body)
-                added = 0
-                try:
-                    for msg in codec.iter_decode(bytes(raw_value or b"")):
-                        item = codec.encode_one(msg)
-                        body += item[1:]  # drop the one-element array head
-                        added += 1
-                except codec.CodecError as exc:
-                    del body[mark:]
-                    if key == prefix:
-                        logger.error("queue left unfolded: corrupt aggregate queue=%s", queue)
-                        raise _Unfoldable from exc
-                    logger.warning(
-                        "corrupt row left unfolded queue=%s key=%s error=%s", queue, key.hex(), exc
-                    )
-                    continue
-                count += added
-                folded.append((key,))
-            if folded:
-                cursor.executemany(f"DELETE FROM {quoted} WHERE key = %s", folded)  # noqa: S608
-            after, op = bytes(rows[-1][0]), ">"
-        if count:
-            value = _cbor_array_head(count) + bytes(body)
-            del body
-            cursor.execute(
-                f"INSERT INTO {quoted} (key, value) VALUES (%s, %s)",  # noqa: S608
-                (prefix, value),
-            )
-    logger.info("folded queue into a legacy row queue=%s messages=%s", queue, count)
-    return count
-
-
-class _Unfoldable(Exception):
-    """The queue's own aggregate is corrupt: folding would have to overwrite it."""
-
-
-def fold_all_queues(connection: BaseDatabaseWrapper, table: str) -> tuple[int, int]:
-    """`fold_queue_rows` for every queue of `table`; returns (queues folded, messages)."""
-    folded = messages = 0
-    for head in iter_queue_heads(connection, table):
-        name = head.partition(keys.SEPARATOR)[0]
-        try:
-            keys.encode_queue_name(name.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError):
-            logger.error("rows with an invalid queue name left unfolded key=%s", head.hex())
-            continue
-        try:
-            count = fold_queue_rows(connection, table, name)
-        except _Unfoldable:
-            continue
-        folded += 1 if count else 0
-        messages += count
-    return folded, messages

@@ -16,7 +16,7 @@ from django.core.management import call_command
 from django.db import connection
 from django.db.migrations.recorder import MigrationRecorder
 
-from deadletter import codec, keys, queue
+from deadletter import codec, keys, legacy
 from deadletter.gotime import GoTime
 from deadletter.messages import Message
 from deadletter.models import QueuedMessage
@@ -138,7 +138,7 @@ def test_the_split_holds_one_message_at_a_time_not_the_whole_aggregate(
     QueuedMessage.objects.create(key=b"big", value=blob)
     tracemalloc.start()
     try:
-        split, stored = queue.split_legacy_rows(connection, TABLE)  # what the migration runs
+        split, stored = legacy.split_legacy_rows(connection, TABLE)  # what the migration runs
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()

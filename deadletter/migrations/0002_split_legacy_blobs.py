@@ -1,7 +1,7 @@
 """Split every legacy aggregate row into per-message rows; fold them back on the way down.
 
 Non-atomic on purpose: each aggregate is split in its own transaction (by
-`queue.split_legacy_row`, the code fetch uses), so a migration killed half
+`legacy.split_legacy_row`, the code fetch uses), so a migration killed half
 way keeps every queue it finished and a rerun carries on with the rest,
 while each aggregate is either whole or fully split, never half. One
 transaction around everything would hold the write lock for the whole
@@ -16,7 +16,7 @@ from django.apps.registry import Apps
 from django.db import migrations
 from django.db.backends.base.schema import BaseDatabaseSchemaEditor
 
-from deadletter import queue
+from deadletter import legacy
 
 logger = logging.getLogger("deadletter")
 
@@ -24,7 +24,7 @@ logger = logging.getLogger("deadletter")
 def split_legacy_blobs(apps: Apps, schema_editor: BaseDatabaseSchemaEditor) -> None:
     model = apps.get_model("deadletter", "QueuedMessage")
     connection = schema_editor.connection
-    split, stored = queue.split_legacy_rows(connection, model._meta.db_table)
+    split, stored = legacy.split_legacy_rows(connection, model._meta.db_table)
     logger.info(
         "migration split legacy rows database=%s aggregates=%s rows=%s",
         connection.alias,
@@ -36,7 +36,7 @@ def split_legacy_blobs(apps: Apps, schema_editor: BaseDatabaseSchemaEditor) -> N
 def fold_into_legacy_blobs(apps: Apps, schema_editor: BaseDatabaseSchemaEditor) -> None:
     model = apps.get_model("deadletter", "QueuedMessage")
     connection = schema_editor.connection
-    folded, messages = queue.fold_all_queues(connection, model._meta.db_table)
+    folded, messages = legacy.fold_all_queues(connection, model._meta.db_table)
     logger.info(
         "migration folded queues into legacy rows database=%s queues=%s messages=%s",
         connection.alias,

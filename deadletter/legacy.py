@@ -1,0 +1,298 @@
+"""Legacy aggregate rows (a whole queue as one CBOR list under the bare queue
+name, as older releases wrote them): split into per-message rows, and folded
+back for a downgrade.
+
+One rule turns an aggregate into rows (`legacy_message_rows`), shared by
+fetch, the data migration and the kv import and export.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator
+
+from django.db import transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
+
+from deadletter import codec, keys, sql
+from deadletter.gotime import GoTime
+from deadletter.messages import Message
+
+__all__ = [
+    "fold_all_queues",
+    "fold_queue_rows",
+    "iter_queue_heads",
+    "legacy_message_rows",
+    "split_legacy_row",
+    "split_legacy_rows",
+]
+
+logger = logging.getLogger("deadletter")
+
+_SPLIT_BATCH = 1000
+
+
+def split_legacy_row(
+    connection: BaseDatabaseWrapper,
+    table: str,
+    prefix: bytes,
+    value: bytes,
+    *,
+    now_ns: int,
+    max_age_ns: int | None = None,
+) -> int:
+    """Split a legacy aggregate row (a whole queue under the bare name) into
+    per-message rows; returns how many rows it stored.
+
+    Its messages are older than any per-message row already in the queue, so
+    they get keys just below the first such row, in list order. The aggregate
+    is deleted in the same transaction that stores its messages: a crash
+    leaves either the aggregate or all of its rows. The blob is decoded item
+    by item and written in batches, so memory stays bounded by the blob.
+    Used by `fetch_failed_msgs` and by the data migration alike; the rows
+    themselves come from `legacy_message_rows`, which the kv import and
+    export share.
+
+    Raises `codec.CodecError` for a corrupt blob (nothing written) and
+    `sql.Conflict` if another reader split it first.
+    """
+    quoted = sql.quoted(connection, table)
+    queue = prefix.decode("utf-8", errors="replace")
+    count = sum(1 for _ in codec.iter_decode(value))
+    stored = 0
+    with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
+        # The length, not the bytes, tells whether the row is still the one read:
+        # sending a big blob back to compare it costs the database (and, on
+        # SQLite, this process) two more copies of it.
+        cursor.execute(
+            f"DELETE FROM {quoted} WHERE key = %s AND length(value) = %s",
+            (prefix, len(value)),
+        )
+        if cursor.rowcount != 1:
+            raise sql.Conflict
+        if count == 0:
+            return 0
+        cursor.execute(
+            f"SELECT key FROM {quoted} WHERE key > %s AND key < %s ORDER BY key LIMIT 1",
+            (prefix, prefix + b"\x01"),
+        )
+        first = cursor.fetchone()
+        top_ns = min(keys.parse_key(bytes(first[0])).time_ns, now_ns) if first else now_ns
+        seq = keys.parse_key(keys.new_key(prefix)).seq
+        rows = legacy_message_rows(
+            prefix,
+            value,
+            count=count,
+            top_ns=top_ns,
+            seq=seq,
+            now_ns=now_ns,
+            max_age_ns=max_age_ns,
+            on_expired=lambda msg: sql.dropped(connection, queue, prefix, msg, "expired"),
+        )
+        for batch in _batches(rows, _SPLIT_BATCH):
+            cursor.executemany(f"INSERT INTO {quoted} (key, value) VALUES (%s, %s)", batch)
+            stored += len(batch)
+    logger.info("split legacy row queue=%s messages=%s stored=%s", queue, count, stored)
+    return stored
+
+
+def legacy_message_rows(
+    prefix: bytes,
+    value: bytes,
+    *,
+    count: int,
+    top_ns: int,
+    seq: int,
+    now_ns: int,
+    max_age_ns: int | None = None,
+    on_expired: Callable[[Message], None] | None = None,
+) -> Iterator[tuple[bytes, bytes]]:
+    """The `(key, value)` rows a legacy aggregate of `count` messages becomes, in list order.
+
+    The one rule for turning an aggregate into rows, shared by
+    `split_legacy_row` (fetch and the data migration) and by the kv import and
+    export: message `i` gets the key `(top_ns - count + i, seq)`, so all of
+    them sort just below `top_ns` in the aggregate's order; a zero
+    `queued_at` is stamped with `now_ns` so the age limit can fire for it;
+    with `max_age_ns` an expired message is dropped (its slot stays empty) and
+    handed to `on_expired`.
+    The blob is decoded one message at a time, so only the current message
+    is held beside it. Raises `codec.CodecError` for a corrupt blob.
+    """
+    if top_ns < count:
+        raise codec.CodecError("no room for the legacy messages before the queue's first row")
+    base_ns = top_ns - count
+    cutoff = None if max_age_ns is None else now_ns - max_age_ns
+    for index, msg in enumerate(codec.iter_decode(value)):
+        if index >= count:
+            raise codec.CodecError(f"legacy row holds more than the {count} messages counted")
+        if msg.queued_at is None:
+            msg = msg.replace(queued_at=GoTime(now_ns))
+        elif cutoff is not None and msg.queued_at.unix_ns < cutoff:
+            if on_expired is not None:
+                on_expired(msg)
+            continue
+        yield keys.make_key(prefix, base_ns + index, seq), codec.encode_one(msg)
+
+
+def _batches(rows: Iterator[tuple[bytes, bytes]], size: int) -> Iterator[list[tuple[bytes, bytes]]]:
+    batch: list[tuple[bytes, bytes]] = []
+    for row in rows:
+        batch.append(row)
+        if len(batch) >= size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def iter_queue_heads(connection: BaseDatabaseWrapper, table: str) -> Iterator[bytes]:
+    """The lowest key of every queue in `table`: a legacy key when the queue has an aggregate.
+
+    A loose index scan: after a queue's first key it jumps past the queue's
+    whole range `[name, name 0x01)`, so finding the legacy rows of a table of
+    millions of rows costs one indexed lookup per queue, not a full scan.
+    """
+    query = f"SELECT key FROM {sql.quoted(connection, table)} WHERE key >= %s ORDER BY key LIMIT 1"
+    after = b""
+    while True:
+        with connection.cursor() as cursor:
+            cursor.execute(query, (after,))
+            row = cursor.fetchone()
+        if row is None:
+            return
+        key = bytes(row[0])
+        yield key
+        after = key.partition(keys.SEPARATOR)[0] + b"\x01"
+
+
+def split_legacy_rows(connection: BaseDatabaseWrapper, table: str) -> tuple[int, int]:
+    """Split every legacy aggregate row of `table`; returns (aggregates split, rows stored).
+
+    Each aggregate goes through `split_legacy_row` in its own transaction, so
+    an interrupted run keeps every queue it finished and a rerun carries on
+    with the rest: a crash leaves each aggregate either whole or fully split.
+    Nothing is dropped for age here (the next fetch applies the limit), and a
+    corrupt aggregate is logged and left for fetch, which drops it by its
+    own rule: a schema step should not be the one to destroy data.
+    """
+    quoted = sql.quoted(connection, table)
+    split = stored = 0
+    for head in iter_queue_heads(connection, table):
+        if not keys.is_legacy_key(head):
+            continue
+        queue = keys.queue_of(head)
+        with connection.cursor() as cursor:
+            cursor.execute(f"SELECT value FROM {quoted} WHERE key = %s", (head,))
+            row = cursor.fetchone()
+        if row is None:
+            continue
+        value = bytes(row[0]) if row[0] is not None else b""
+        try:
+            stored += split_legacy_row(connection, table, head, value, now_ns=time.time_ns())
+        except sql.Conflict:
+            logger.info("legacy row already split by another process queue=%s", queue)
+            continue
+        except (codec.CodecError, ValueError) as exc:
+            logger.error("legacy row left unsplit queue=%s error=%s", queue, exc)
+            continue
+        split += 1
+    return split, stored
+
+
+def _cbor_array_head(count: int) -> bytes:
+    """The head of a definite-length CBOR array in its shortest form, as Go writes it."""
+    if count < 24:
+        return bytes([0x80 | count])
+    for info, width in ((24, 1), (25, 2), (26, 4), (27, 8)):
+        if count < 1 << (8 * width):
+            return bytes([0x80 | info]) + count.to_bytes(width, "big")
+    raise ValueError(f"too many messages for one CBOR array: {count}")
+
+
+def fold_queue_rows(
+    connection: BaseDatabaseWrapper, table: str, prefix: bytes, *, batch_size: int = 1000
+) -> int:
+    """Fold every row of one queue back into one legacy aggregate row under the bare
+    name, in key order; returns how many messages the aggregate holds.
+
+    The reverse of `split_legacy_row`, for a downgrade to a release that only
+    reads aggregates: one transaction per queue, so a crash leaves the queue
+    either as it was or folded. A row that does not decode is left in place
+    (logged), never folded into the aggregate: one bad row must not make the
+    whole queue unreadable. Rows are read in key pages and only the aggregate being
+    built is held, so memory stays near twice the aggregate's size.
+    """
+    quoted = sql.quoted(connection, table)
+    queue = prefix.decode("utf-8", errors="replace")
+    high = prefix + b"\x01"
+    body = bytearray()
+    count = 0
+    with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
+        after, op = prefix, ">="
+        while True:
+            cursor.execute(
+                f"SELECT key, value FROM {quoted} WHERE key {op} %s AND key < %s "
+                f"ORDER BY key LIMIT {int(batch_size)}",
+                (after, high),
+            )
+            rows = cursor.fetchall()
+            if not rows:
+                break
+            folded: list[tuple[bytes]] = []
+            for raw_key, raw_value in rows:
+                key = bytes(raw_key)
+                mark = len(body)
+                added = 0
+                try:
+                    for msg in codec.iter_decode(bytes(raw_value or b"")):
+                        item = codec.encode_one(msg)
+                        body += item[1:]  # drop the one-element array head
+                        added += 1
+                except codec.CodecError as exc:
+                    del body[mark:]
+                    if key == prefix:
+                        logger.error("queue left unfolded: corrupt aggregate queue=%s", queue)
+                        raise _Unfoldable from exc
+                    logger.warning(
+                        "corrupt row left unfolded queue=%s key=%s error=%s", queue, key.hex(), exc
+                    )
+                    continue
+                count += added
+                folded.append((key,))
+            if folded:
+                cursor.executemany(f"DELETE FROM {quoted} WHERE key = %s", folded)
+            after, op = bytes(rows[-1][0]), ">"
+        if count:
+            value = _cbor_array_head(count) + bytes(body)
+            del body
+            cursor.execute(
+                f"INSERT INTO {quoted} (key, value) VALUES (%s, %s)",
+                (prefix, value),
+            )
+    logger.info("folded queue into a legacy row queue=%s messages=%s", queue, count)
+    return count
+
+
+class _Unfoldable(Exception):
+    """The queue's own aggregate is corrupt: folding would have to overwrite it."""
+
+
+def fold_all_queues(connection: BaseDatabaseWrapper, table: str) -> tuple[int, int]:
+    """`fold_queue_rows` for every queue of `table`; returns (queues folded, messages)."""
+    folded = messages = 0
+    for head in iter_queue_heads(connection, table):
+        name = head.partition(keys.SEPARATOR)[0]
+        try:
+            keys.encode_queue_name(name.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError):
+            logger.error("rows with an invalid queue name left unfolded key=%s", head.hex())
+            continue
+        try:
+            count = fold_queue_rows(connection, table, name)
+        except _Unfoldable:
+            continue
+        folded += 1 if count else 0
+        messages += count
+    return folded, messages

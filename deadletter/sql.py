@@ -1,0 +1,95 @@
+"""The queue table's SQL plumbing: the connection, statements on the driver's
+cursor, and signals sent once a row change has committed.
+
+Below `queue.py` and `legacy.py`, above the models: nothing here knows the
+queue's rules.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from typing import Any
+
+from django.db import connections, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
+
+from deadletter import signals
+from deadletter.conf import conf
+from deadletter.messages import Message
+
+logger = logging.getLogger("deadletter")
+
+TABLE = "deadletter_queuedmessage"
+
+
+def connection() -> BaseDatabaseWrapper:
+    return connections[conf.DATABASE]
+
+
+def quoted(connection: BaseDatabaseWrapper, table: str) -> str:
+    return connection.ops.quote_name(table)
+
+
+def write(connection: BaseDatabaseWrapper, sql: str, params: Any) -> int:
+    """Run one write, in a savepoint when the caller holds a transaction so a
+    failed statement does not poison it; in its own autocommit otherwise.
+
+    The autocommit path goes straight to the driver's connection (errors
+    still mapped to Django's): Django's cursor wrapper and placeholder
+    rewriting cost as much as the INSERT itself on SQLite.
+    """
+    if connection.in_atomic_block:
+        with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return cursor.rowcount
+    connection.ensure_connection()
+    with connection.wrap_database_errors:
+        cursor = connection.connection.cursor()
+        try:
+            cursor.execute(_driver_sql(connection.vendor, sql), params)
+            return cursor.rowcount
+        finally:
+            cursor.close()
+
+
+def read(connection: BaseDatabaseWrapper, sql: str, params: Any) -> list[tuple[Any, ...]]:
+    """All rows of one SELECT, on the driver's cursor like `_write` (a page of a
+    scan is read whole, so no cursor stays open while the caller works)."""
+    connection.ensure_connection()
+    with connection.wrap_database_errors:
+        cursor = connection.connection.cursor()
+        try:
+            cursor.execute(_driver_sql(connection.vendor, sql), params)
+            return cursor.fetchall()
+        finally:
+            cursor.close()
+
+
+@functools.lru_cache(maxsize=64)
+def _driver_sql(vendor: str, sql: str) -> str:
+    return sql.replace("%s", "?") if vendor == "sqlite" else sql
+
+
+def after_commit(connection: BaseDatabaseWrapper, signal: Any, **kwargs: Any) -> None:
+    """Send `signal` once the current transaction commits (at once in autocommit)."""
+    if not signal.receivers:
+        return  # the common case on the hot paths: nothing to defer
+
+    def send() -> None:
+        for receiver, result in signal.send_robust(**kwargs):
+            if isinstance(result, Exception):
+                logger.error("signal receiver failed receiver=%r error=%r", receiver, result)
+
+    transaction.on_commit(send, using=connection.alias)
+
+
+def dropped(
+    connection: BaseDatabaseWrapper, queue: str, key: bytes, msg: Message | None, reason: str
+) -> None:
+    """`message_dropped` once the row change that dropped `msg` has committed."""
+    after_commit(connection, signals.message_dropped, sender=queue, key=key, msg=msg, reason=reason)
+
+
+class Conflict(Exception):
+    """The row changed between read and write: another reader got there first."""

@@ -1,0 +1,53 @@
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+
+from deadletter import codec, keys, legacy
+from deadletter.gotime import GoTime
+from deadletter.messages import Message
+from deadletter.models import QueuedMessage
+from deadletter.sql import TABLE
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+STAMPED = GoTime.parse("2026-11-29T12:00:00Z")
+
+
+def aggregate(*subjects: str) -> bytes:
+    return codec.encode([Message(subject=s, queued_at=STAMPED) for s in subjects])
+
+
+def test_aggregate_rows_keep_list_order_just_below_the_top() -> None:
+    rows = list(
+        legacy.legacy_message_rows(
+            b"q", aggregate("a", "b", "c"), count=3, top_ns=1_000, seq=7, now_ns=2_000
+        )
+    )
+    assert [keys.parse_key(k) for k, _ in rows] == [("q", 997, 7), ("q", 998, 7), ("q", 999, 7)]
+    assert [codec.decode(v)[0].subject for _, v in rows] == ["a", "b", "c"]
+
+
+def test_zero_queued_at_is_stamped_with_the_split_time() -> None:
+    blob = codec.encode([Message(subject="never stamped")])
+    ((_, value),) = legacy.legacy_message_rows(b"q", blob, count=1, top_ns=10, seq=1, now_ns=5)
+    assert codec.decode(value)[0].queued_at == GoTime(5)
+
+
+def test_queue_heads_find_every_queue_and_its_legacy_row() -> None:
+    QueuedMessage.objects.create(key=b"b", value=aggregate("x"))
+    for name in ("a", "b", "c"):
+        QueuedMessage.objects.create(key=keys.new_key(name), value=aggregate(name))
+    heads = list(legacy.iter_queue_heads(connection, TABLE))
+    assert [keys.queue_of(h) for h in heads] == ["a", "b", "c"]
+    assert heads[1] == b"b"
+
+
+def test_fold_then_split_gives_back_the_same_messages_in_order() -> None:
+    for subject in ("one", "two", "three"):
+        QueuedMessage.objects.create(key=keys.new_key("q"), value=aggregate(subject))
+    assert legacy.fold_queue_rows(connection, TABLE, b"q") == 3
+    assert list(QueuedMessage.objects.values_list("key", flat=True)) == [b"q"]
+    assert legacy.split_legacy_rows(connection, TABLE) == (1, 3)
+    values = QueuedMessage.objects.order_by("key").values_list("value", flat=True)
+    assert [codec.decode(bytes(v))[0].subject for v in values] == ["one", "two", "three"]
