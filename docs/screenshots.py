@@ -25,11 +25,12 @@ def main() -> None:
             executable_path="/usr/bin/chromium",
             args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"],
         )
-        page = browser.new_page(viewport={"width": 1280, "height": 640})
+        page = browser.new_page(viewport={"width": 1500, "height": 700})
         page.goto(f"{base}/admin/login/")
         page.fill("#id_username", user)
         page.fill("#id_password", password)
         page.click("input[type=submit]")
+        page.evaluate("localStorage.setItem('django.admin.navSidebarIsOpen', 'false')")
         page.goto(f"{base}/admin/deadletter/queuedmessage/")
         page.screenshot(path=OUT / "admin-list.png")
         page.click("#result_list tbody tr:first-child th a")
