@@ -296,14 +296,67 @@ def read_go_text(text: str) -> GoTime | None:
 
     For the codec's hot path, when the instant is about to be needed: text
     whose hour (`text[:13]`) an earlier canonical time already had only needs
-    the rest checked. Go's zero time and anything unusual give None.
+    the rest checked, here with dictionary look-ups and string tests rather
+    than a regular expression. Go's zero time and anything unusual give None.
     """
     wall = _seconds_of_hour.get(text[:13])
-    if wall is None or _canonical_tail(text, 13) is None or text < "0002":
+    if wall is None or text < "0002" or text[13:14] != ":":
         return None
+    minute_second = _SECONDS_OF_MINUTE_SECOND.get(text[14:19])
+    if minute_second is None:
+        return None
+    if text[-1] == "Z":
+        offset = 0
+        fraction = text[19:-1]
+    else:
+        offset = _canonical_zone_offset(text[-6:])
+        if offset is None:
+            return None
+        fraction = text[19:-6]
+    ns = (wall + minute_second - offset) * _NS
+    if fraction:
+        digits = fraction[1:]
+        if (
+            fraction[0] != "."
+            or not 1 <= len(digits) <= 9
+            or digits[-1] == "0"
+            or not digits.isascii()
+            or not digits.isdigit()
+        ):
+            return None
+        ns += int(digits) * _FRACTION_SCALE[len(digits)]
     time = _new(GoTime)
-    _set_v(time, _instant(text, wall))
+    _set_v(time, (ns, offset, text))
     return time
+
+
+_canonical_zones: dict[str, int | None] = {}
+
+
+def _canonical_zone_offset(zone: str) -> int | None:
+    """Seconds east of UTC for a zone as Go writes it (±hh:mm, hours to 24, never
+    ±00:00, which Go writes as Z); None for anything else."""
+    try:
+        return _canonical_zones[zone]
+    except KeyError:
+        pass
+    offset = None
+    hours, minutes = _VALUE_OF.get(zone[1:3]), _VALUE_OF.get(zone[4:6])
+    if (
+        len(zone) == 6
+        and zone[0] in "+-"
+        and zone[3] == ":"
+        and hours is not None
+        and minutes is not None
+        and hours <= 24
+        and minutes <= 59
+        and (hours or minutes)
+    ):
+        offset = hours * 3600 + minutes * 60
+        if zone[0] == "-":
+            offset = -offset
+    _remember(_canonical_zones, zone, offset)
+    return offset
 
 
 def _instant(text: str, wall: int) -> tuple[int, int, str]:
