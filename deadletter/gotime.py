@@ -305,8 +305,8 @@ def read_go_text(text: str) -> GoTime | None:
     minute_second = _SECONDS_OF_MINUTE_SECOND.get(text[14:19])
     if minute_second is None:
         return None
+    offset: int | None = 0
     if text[-1] == "Z":
-        offset = 0
         fraction = text[19:-1]
     else:
         offset = _canonical_zone_offset(text[-6:])
