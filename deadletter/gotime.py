@@ -305,13 +305,14 @@ def read_go_text(text: str) -> GoTime | None:
     minute_second = _SECONDS_OF_MINUTE_SECOND.get(text[14:19])
     if minute_second is None:
         return None
-    offset: int | None = 0
     if text[-1] == "Z":
+        offset = 0
         fraction = text[19:-1]
     else:
-        offset = _canonical_zone_offset(text[-6:])
-        if offset is None:
+        zone_offset = _canonical_zone_offset(text[-6:])
+        if zone_offset is None:
             return None
+        offset = zone_offset
         fraction = text[19:-6]
     ns = (wall + minute_second - offset) * _NS
     if fraction:
