@@ -110,32 +110,14 @@ def decode(value: bytes) -> list[Message]:
         return []
     if type(value) is not bytes:
         value = bytes(value)
-    if value[0] == 0x81 and len(value) > 1:
-        # A per-message row: an array of one, which `_array_head` would pass.
-        try:
-            items = _loads(
-                value,
-                max_depth=_MAX_DEPTH,
-                semantic_decoders=_SEMANTIC_DECODERS,
-                strict_hashable_types=True,
-            )
-        except _DECODE_FAILURES as exc:
-            raise CodecError(f"undecodable CBOR: {exc}") from exc
-        return [_message(items[0], 0)]
+    single = decode_single(value)
+    if single is not None:
+        return [single]
     value = _without_self_described_prefix(value)
     count, _ = _array_head(value)
     if count == 0:
         return []
-    try:
-        items = _loads(
-            value,
-            max_depth=_MAX_DEPTH,
-            semantic_decoders=_SEMANTIC_DECODERS,
-            strict_hashable_types=True,
-        )
-    except _DECODE_FAILURES as exc:
-        raise CodecError(f"undecodable CBOR: {exc}") from exc
-    return [_message(item, index) for index, item in enumerate(items)]
+    return [_message(item, index) for index, item in enumerate(_load_items(value))]
 
 
 def decode_single(value: bytes) -> Message | None:
@@ -143,8 +125,13 @@ def decode_single(value: bytes) -> Message | None:
     shape, which `decode` then reads: the scan's fast path, one call a row."""
     if type(value) is not bytes or len(value) < 2 or value[0] != 0x81:
         return None
+    return _message(_load_items(value)[0], 0)
+
+
+def _load_items(value: bytes) -> Any:
+    """cbor2's reading of a value whose head `_array_head` (or the 0x81 check) passed."""
     try:
-        items = _loads(
+        return _loads(
             value,
             max_depth=_MAX_DEPTH,
             semantic_decoders=_SEMANTIC_DECODERS,
@@ -152,7 +139,6 @@ def decode_single(value: bytes) -> Message | None:
         )
     except _DECODE_FAILURES as exc:
         raise CodecError(f"undecodable CBOR: {exc}") from exc
-    return _message(items[0], 0)
 
 
 def iter_decode(value: bytes) -> Iterator[Message]:
