@@ -25,6 +25,8 @@ def split_legacy_blobs(apps: Apps, schema_editor: BaseDatabaseSchemaEditor) -> N
     model = apps.get_model("deadletter", "QueuedMessage")
     connection = schema_editor.connection
     split, stored = legacy.split_legacy_rows(connection, model._meta.db_table)
+    if not split:
+        return
     logger.info(
         "migration split legacy rows database=%s aggregates=%s rows=%s",
         connection.alias,
