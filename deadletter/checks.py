@@ -26,7 +26,38 @@ def check_settings(
                 id="deadletter.E001",
             )
         )
+    errors.extend(_check_database())
     return errors
+
+
+SUPPORTED_VENDORS = ("sqlite", "postgresql")
+
+
+def _check_database() -> list[checks.CheckMessage]:
+    """The queue's key is a binary primary key: SQLite and PostgreSQL index it,
+    MySQL/MariaDB cannot (a BLOB primary key needs a prefix length)."""
+    from django.db import connections
+
+    alias = conf.DATABASE
+    if alias not in connections.settings:
+        return [
+            checks.Error(
+                f"DEADLETTER_DATABASE names {alias!r}, which is not in DATABASES.",
+                hint="Use one of: " + ", ".join(repr(a) for a in connections.settings),
+                id="deadletter.E006",
+            )
+        ]
+    vendor = connections[alias].vendor
+    if vendor not in SUPPORTED_VENDORS:
+        return [
+            checks.Error(
+                f"The queue database {alias!r} is {vendor}; deadletter runs on SQLite "
+                "and PostgreSQL only.",
+                hint="Route the queue to a SQLite or PostgreSQL database with DEADLETTER_DATABASE.",
+                id="deadletter.E007",
+            )
+        ]
+    return []
 
 
 _HANDLER_HINT = {

@@ -86,3 +86,17 @@ def test_manage_py_check_reports_a_handler_that_does_not_import(tmp_path: Path) 
     assert result.returncode == 1
     assert "deadletter.E002" in result.stderr
     assert "no_such_handler" in result.stderr
+
+
+def test_e006_the_queue_database_alias_must_exist(settings: Any) -> None:
+    settings.DEADLETTER_DATABASE = "nowhere"
+    assert ids(check_settings()) == ["deadletter.E006"]
+
+
+def test_e007_the_queue_database_must_be_sqlite_or_postgresql(monkeypatch: Any) -> None:
+    from django.db import connection
+
+    monkeypatch.setattr(connection, "vendor", "mysql")
+    (error,) = check_settings()
+    assert error.id == "deadletter.E007"
+    assert "mysql" in error.msg
