@@ -29,6 +29,7 @@ from deadletter.drain import (
     Outcome,
     SignalGuard,
 )
+from deadletter.management.arguments import add_queue_argument
 
 logger = logging.getLogger("deadletter")
 
@@ -57,14 +58,6 @@ def rate(text: str) -> float:
     return per_second
 
 
-def queue_name(text: str) -> str:
-    try:
-        keys.encode_queue_name(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    return text
-
-
 class Command(BaseCommand):
     help = (
         "Hand parked messages back to their handlers (DEADLETTER_HANDLERS), oldest first; "
@@ -75,13 +68,8 @@ class Command(BaseCommand):
     requires_system_checks: list[str] = []
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument(
-            "--queue",
-            action="append",
-            dest="queues",
-            metavar="NAME",
-            type=queue_name,
-            help="Drain only this queue (repeatable); default: every configured queue.",
+        add_queue_argument(
+            parser, "Drain only this queue (repeatable); default: every configured queue."
         )
         parser.add_argument(
             "--limit", type=positive_int, metavar="N", help="Hand over at most N messages."

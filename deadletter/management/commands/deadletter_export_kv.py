@@ -9,7 +9,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from deadletter import kvfile
-from deadletter.management.commands.deadletter_import_kv import queue_name
+from deadletter.management.arguments import add_queue_argument
 
 
 class Command(BaseCommand):
@@ -20,13 +20,8 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: ArgumentParser) -> None:
         parser.add_argument("path", type=Path, help="the SQLite file to write")
-        parser.add_argument(
-            "--queue",
-            action="append",
-            dest="queues",
-            type=queue_name,
-            metavar="NAME",
-            help="export only this queue (repeat for several); default: every queue",
+        add_queue_argument(
+            parser, "export only this queue (repeat for several); default: every queue"
         )
 
     def handle(self, *args: Any, **options: Any) -> None:

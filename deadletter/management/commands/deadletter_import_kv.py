@@ -2,22 +2,14 @@
 
 from __future__ import annotations
 
-from argparse import ArgumentParser, ArgumentTypeError
+from argparse import ArgumentParser
 from pathlib import Path
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from deadletter import keys, kvfile
-
-
-def queue_name(value: str) -> str:
-    """argparse `type=`: a queue name the key layout can hold."""
-    try:
-        keys.encode_queue_name(value)
-    except ValueError as exc:
-        raise ArgumentTypeError(str(exc)) from exc
-    return value
+from deadletter import kvfile
+from deadletter.management.arguments import add_queue_argument
 
 
 class Command(BaseCommand):
@@ -28,13 +20,8 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: ArgumentParser) -> None:
         parser.add_argument("path", type=Path, help="the Go program's SQLite file")
-        parser.add_argument(
-            "--queue",
-            action="append",
-            dest="queues",
-            type=queue_name,
-            metavar="NAME",
-            help="import only this queue (repeat for several); default: every queue",
+        add_queue_argument(
+            parser, "import only this queue (repeat for several); default: every queue"
         )
         parser.add_argument(
             "--dry-run", action="store_true", help="report what would be imported, write nothing"
