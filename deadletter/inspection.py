@@ -10,16 +10,14 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from datetime import UTC, datetime
 
 from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from deadletter import codec, keys
+from deadletter import codec, keys, sql
 from deadletter.conf import conf
 from deadletter.messages import Message
 from deadletter.queue import queue_names
-from deadletter.sql import TABLE
 
 __all__ = ["QueueSummary", "Row", "get_row", "page_rows", "summarize", "summarize_all"]
 
@@ -51,7 +49,7 @@ class QueueSummary:
 
 def _cursor() -> tuple[BaseDatabaseWrapper, str]:
     connection = connections[conf.DATABASE]
-    return connection, connection.ops.quote_name(TABLE)
+    return connection, connection.ops.quote_name(sql.TABLE)
 
 
 def page_rows(queue: str, *, after: bytes | None = None, limit: int = 50) -> list[Row]:
@@ -61,14 +59,10 @@ def page_rows(queue: str, *, after: bytes | None = None, limit: int = 50) -> lis
     low, high = keys.queue_bounds(queue)
     if after is not None and not low <= after < high:
         raise ValueError("the 'after' key does not belong to this queue")
-    connection, table = _cursor()
-    op, bound = (">", after) if after is not None else (">=", low)
+    connection = connections[conf.DATABASE]
+    query = sql.range_sql(connection, sql.TABLE, after is None, limit)
     with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT key, value FROM {table} WHERE key {op} %s AND key < %s "
-            f"ORDER BY key LIMIT {int(limit)}",
-            (bound, high),
-        )
+        cursor.execute(query, (low if after is None else after, high))
         return [_row(bytes(k), v) for k, v in cursor.fetchall()]
 
 
@@ -109,12 +103,3 @@ def _row(key: bytes, value: bytes | memoryview | None) -> Row:
         return Row(key, codec.decode(bytes(value or b"")))
     except codec.CodecError:
         return Row(key, None)
-
-
-def enqueued_at(key: bytes) -> datetime | None:
-    """When a per-message row was written, from its key; None for a legacy row."""
-    try:
-        parsed = keys.parse_key(key)
-    except ValueError:
-        return None
-    return datetime.fromtimestamp(parsed.time_ns / 1e9, tz=UTC)

@@ -11,6 +11,7 @@ import os
 import secrets
 import threading
 import time
+from datetime import UTC, datetime
 from typing import NamedTuple
 
 __all__ = [
@@ -30,6 +31,7 @@ __all__ = [
     "queue_bounds",
     "queue_of",
     "to_text",
+    "written_at",
 ]
 
 SEPARATOR = b"\x00"
@@ -176,3 +178,13 @@ def from_text(text: str) -> bytes:
         return bytes.fromhex(text)
     except ValueError as exc:
         raise ValueError(f"not a key: {text[:80]!r}") from exc
+
+
+def written_at(key: bytes) -> datetime | None:
+    """When a per-message row was written, from its key; None for a legacy or
+    malformed key."""
+    try:
+        parsed = parse_key(key)
+    except ValueError:
+        return None
+    return datetime.fromtimestamp(parsed.time_ns / 1e9, tz=UTC)

@@ -36,7 +36,7 @@ from typing import Literal
 from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from deadletter import codec, keys, legacy
+from deadletter import codec, keys, legacy, sql
 from deadletter.conf import conf
 from deadletter.exceptions import DeadletterError
 from deadletter.models import QueuedMessage
@@ -472,26 +472,6 @@ class _KvTable(_Sink):
         )
 
 
-def _table_rows(
-    connection: BaseDatabaseWrapper, table: str, low: bytes, high: bytes, page: int = 1000
-) -> Iterator[Row]:
-    """One queue's rows in key order, read in pages keyed on the last key seen."""
-    quoted = connection.ops.quote_name(table)
-    after, op = low, ">="
-    while True:
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"SELECT key, value FROM {quoted} WHERE key {op} %s AND key < %s "
-                f"ORDER BY key LIMIT {int(page)}",
-                (after, high),
-            )
-            rows = [(bytes(k), bytes(v) if v is not None else b"") for k, v in cursor.fetchall()]
-        yield from rows
-        if len(rows) < page:
-            return
-        after, op = rows[-1][0], ">"
-
-
 def _table_first_message_ns(
     connection: BaseDatabaseWrapper, table: str, prefix: bytes
 ) -> int | None:
@@ -588,13 +568,13 @@ def export_kv(
             report.queues.append(counts)
             if _valid_name(prefix) is None:
                 counts.corrupt += sum(
-                    1 for _ in _table_rows(connection, table, prefix, prefix + b"\x01")
+                    1 for _ in sql.iter_range(connection, table, prefix, prefix + b"\x01")
                 )
                 counts.rows += counts.corrupt
                 logger.warning("skipping rows of an invalid queue name queue=%r", prefix)
                 continue
             rows = _destination_rows(
-                _table_rows(connection, table, prefix, prefix + b"\x01"),
+                sql.iter_range(connection, table, prefix, prefix + b"\x01"),
                 counts,
                 lambda name: _table_first_message_ns(connection, table, name),
                 now_ns,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 
 from django.db import models
 
@@ -46,10 +46,4 @@ class QueuedMessage(models.Model):
     @property
     def enqueued_at(self) -> datetime | None:
         """When the row was written, from its key; None for a legacy aggregate row."""
-        if self.is_legacy:
-            return None
-        try:
-            parsed = keys.parse_key(self.key_bytes)
-        except ValueError:
-            return None
-        return datetime.fromtimestamp(parsed.time_ns / 1e9, tz=UTC)
+        return keys.written_at(self.key_bytes)

@@ -133,9 +133,7 @@ def dequeue(key: bytes) -> None:
     key = bytes(key)
     connection = sql.connection()
     try:
-        deleted = sql.write(
-            connection, f"DELETE FROM {sql.quoted(connection, sql.TABLE)} WHERE key = %s", (key,)
-        )
+        deleted = sql.write(connection, _delete_sql(connection), (key,))
     except DatabaseError:
         logger.exception("dequeue failed key=%s", key.hex())
         return
@@ -218,11 +216,7 @@ def page_sql(connection: BaseDatabaseWrapper, inclusive: bool, batch_size: int) 
 
     Parameters: the first key (included or not) and the range's end.
     """
-    op = ">=" if inclusive else ">"
-    return (
-        f"SELECT key, value FROM {sql.quoted(connection, sql.TABLE)} "
-        f"WHERE key {op} %s AND key < %s ORDER BY key LIMIT {int(batch_size)}"
-    )
+    return sql.range_sql(connection, sql.TABLE, inclusive, batch_size)
 
 
 _REREAD = object()
@@ -633,30 +627,18 @@ def preview_failed_msgs(queue: str, batch_size: int = 1000) -> Iterator[Preview]
     """Every message of `queue` oldest first with what a drain would do to it,
     read only: no row is split, stamped or deleted (for `--dry-run`)."""
     low, high = keys.queue_bounds(queue)
-    connection = sql.connection()
-    table = sql.quoted(connection, sql.TABLE)
-    after, op = low, ">="
-    while True:
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"SELECT key, value FROM {table} WHERE key {op} %s AND key < %s "
-                f"ORDER BY key LIMIT {int(batch_size)}",
-                (after, high),
-            )
-            rows = [(bytes(k), bytes(v) if v is not None else b"") for k, v in cursor]
-        for key, value in rows:
-            try:
-                msgs = codec.decode(value)
-            except codec.CodecError:
-                yield Preview(key, None, "corrupt")
-                continue
-            cutoff = time.time_ns() - _max_age_ns()
-            for msg in msgs:
-                expired = msg.queued_at is not None and msg.queued_at.unix_ns < cutoff
-                yield Preview(key, msg, "expired" if expired else "deliver")
-        if len(rows) < batch_size:
-            return
-        after, op = rows[-1][0], ">"
+    max_age_ns = _max_age_ns()
+    rows = sql.iter_range(sql.connection(), sql.TABLE, low, high, batch_size)
+    for key, value in rows:
+        try:
+            msgs = codec.decode(value)
+        except codec.CodecError:
+            yield Preview(key, None, "corrupt")
+            continue
+        cutoff = time.time_ns() - max_age_ns
+        for msg in msgs:
+            expired = msg.queued_at is not None and msg.queued_at.unix_ns < cutoff
+            yield Preview(key, msg, "expired" if expired else "deliver")
 
 
 def queue_names() -> list[str]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import logging
+from collections.abc import Iterator
 from typing import Any
 
 from django.db import connections, transaction
@@ -93,3 +94,29 @@ def dropped(
 
 class Conflict(Exception):
     """The row changed between read and write: another reader got there first."""
+
+
+def range_sql(connection: BaseDatabaseWrapper, table: str, inclusive: bool, limit: int) -> str:
+    """A page of a key range in key order, from a key on (included or not): the one
+    read every scan of the table uses. Parameters: the first key and the range's end."""
+    op = ">=" if inclusive else ">"
+    return (
+        f"SELECT key, value FROM {quoted(connection, table)} "
+        f"WHERE key {op} %s AND key < %s ORDER BY key LIMIT {int(limit)}"
+    )
+
+
+def iter_range(
+    connection: BaseDatabaseWrapper, table: str, low: bytes, high: bytes, page: int = 1000
+) -> Iterator[tuple[bytes, bytes]]:
+    """Every `(key, value)` in `[low, high)` in key order, read a page at a time with
+    no cursor left open between pages; a NULL value reads as empty."""
+    after, inclusive = low, True
+    while True:
+        with connection.cursor() as cursor:
+            cursor.execute(range_sql(connection, table, inclusive, page), (after, high))
+            rows = [(bytes(k), bytes(v) if v is not None else b"") for k, v in cursor.fetchall()]
+        yield from rows
+        if len(rows) < page:
+            return
+        after, inclusive = rows[-1][0], False

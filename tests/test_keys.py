@@ -89,3 +89,12 @@ def test_parse_key_rejects_a_legacy_key() -> None:
 def test_key_int_round_trip_finds_the_next_key() -> None:
     key = keys.make_key("q", 5, 2**64 - 1)
     assert keys.key_from_int(b"q", keys.key_to_int(key) + 1) == keys.make_key("q", 6, 0)
+
+
+def test_written_at_reads_the_time_from_a_per_message_key() -> None:
+    key = keys.make_key("q", 1_795_694_400_987_669_621, 1)
+    assert keys.written_at(key).isoformat() == "2026-11-26T12:00:00.987669+00:00"
+
+
+def test_written_at_of_a_legacy_key_is_none() -> None:
+    assert keys.written_at(b"discord-queue") is None

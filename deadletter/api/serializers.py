@@ -4,7 +4,7 @@ import base64
 from typing import Any
 
 from deadletter import keys
-from deadletter.inspection import QueueSummary, Row, enqueued_at
+from deadletter.inspection import QueueSummary, Row
 from deadletter.messages import Message
 
 
@@ -24,7 +24,7 @@ def message_data(msg: Message) -> dict[str, Any]:
 
 
 def row_data(row: Row) -> dict[str, Any]:
-    when = enqueued_at(row.key)
+    when = keys.written_at(row.key)
     return {
         "key": keys.to_text(row.key),
         "queue": keys.queue_of(row.key),
