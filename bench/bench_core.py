@@ -6,7 +6,8 @@ round kept), so a noisy shared machine shifts both sides alike:
   dequeue  one dequeue vs a raw DELETE + commit             (goal: <= 2x the time)
   depth    store into a 1,000,000-row queue vs into an empty one (goal: <= 1.2x)
   scan     iter_failed_msgs over 1,000,000 rows vs raw scan + cbor2 decode
-           (goal: >= 0.5x the throughput, peak RSS growth < 100 MB)
+           (goal: >= 0.5x the throughput, peak RSS growth < 100 MB), and the
+           same without the C speed-up (deadletter/_speedups.c)
 BENCH_ROWS overrides the 1,000,000.
 """
 
@@ -142,11 +143,14 @@ def main() -> None:
         return json.loads(out.stdout.strip().splitlines()[-1])
 
     app_runs = []
+    python_runs = []
     raw_runs = []
     for _ in range(SCAN_ROUNDS):
         app_runs.append(child("app"))
+        python_runs.append(child("app-python"))
         raw_runs.append(child("raw"))
     app_scan = max(app_runs, key=lambda r: r["rate"])
+    python_scan = max(python_runs, key=lambda r: r["rate"])
     raw_scan = max(raw_runs, key=lambda r: r["rate"])
     scan_ratio = app_scan["rate"] / raw_scan["rate"]
     _ = cbor2
@@ -170,6 +174,10 @@ def main() -> None:
         f"peak RSS growth {app_scan['rss_growth'] / 2**20:.1f} MB (goal < 100 MB), "
         f"raw {raw_scan['rss_growth'] / 2**20:.1f} MB"
     )
+    print(
+        f"         without the C speed-up: iter_failed_msgs {python_scan['rate']:,.0f} msg/s, "
+        f"throughput ratio {python_scan['rate'] / raw_scan['rate']:.2f}x"
+    )
 
 
 def scan_child(path: Path, mode: str) -> None:
@@ -177,7 +185,7 @@ def scan_child(path: Path, mode: str) -> None:
     import threading
 
     sys.path.insert(0, str(REPO))
-    if mode == "app":
+    if mode.startswith("app"):
         os.environ["DEADLETTER_SQLITE_PATH"] = str(path)
         os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
         import django
@@ -186,7 +194,13 @@ def scan_child(path: Path, mode: str) -> None:
         from django.db import connection
 
         connection.ensure_connection()
+        from deadletter import codec
         from deadletter.queue import iter_failed_msgs
+
+        if mode == "app-python":
+            codec._go_message = None
+        elif codec._go_message is None:
+            sys.exit("the C speed-up is not built: run ./dev (or pip install -e .) first")
     else:
         import cbor2
 
@@ -204,7 +218,7 @@ def scan_child(path: Path, mode: str) -> None:
     sampler.start()
     start = time.perf_counter()
     count = 0
-    if mode == "app":
+    if mode.startswith("app"):
         for _ in iter_failed_msgs("deep"):
             count += 1
     else:

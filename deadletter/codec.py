@@ -12,6 +12,7 @@ scan.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import math
 from collections.abc import Callable, Iterator, Sequence
@@ -101,6 +102,21 @@ _DECODER_OPTIONS: dict[str, Any] = {
 }
 
 
+def _load_speedups() -> Callable[[Any], Message | None] | None:
+    """`_speedups.go_message`, set up with the classes it builds, or None when
+    the C extension was not compiled (the Python reading then does it all)."""
+    try:
+        from deadletter import _speedups
+    except ImportError:
+        return None
+    attributes = tuple(field.name for field in dataclasses.fields(Message))
+    _speedups.setup(Message, GoTime, _set_v, _EVENT_CODES, _GO_KEYS, attributes)
+    return _speedups.go_message
+
+
+_go_message = _load_speedups()
+
+
 def decode(value: bytes) -> list[Message]:
     """The messages of one stored value.
 
@@ -117,7 +133,7 @@ def decode(value: bytes) -> list[Message]:
     count, _ = _array_head(value)
     if count == 0:
         return []
-    return [_message(item, index) for index, item in enumerate(_load_items(value))]
+    return [_message_of(item, index) for index, item in enumerate(_load_items(value))]
 
 
 def decode_single(value: bytes) -> Message | None:
@@ -125,7 +141,12 @@ def decode_single(value: bytes) -> Message | None:
     shape, which `decode` then reads: the scan's fast path, one call a row."""
     if type(value) is not bytes or len(value) < 2 or value[0] != 0x81:
         return None
-    return _message(_load_items(value)[0], 0)
+    item = _load_items(value)[0]
+    if _go_message is not None:
+        msg = _go_message(item)
+        if msg is not None:
+            return msg
+    return _message(item, 0)
 
 
 def _load_items(value: bytes) -> Any:
@@ -173,7 +194,7 @@ def _iter_items(value: bytes, count: int, start: int) -> Iterator[Message]:
             item = decoder.decode()
         except _DECODE_FAILURES as exc:
             raise CodecError(f"message {index}: undecodable CBOR: {exc}") from exc
-        yield _message(item, index)
+        yield _message_of(item, index)
         index += 1
 
 
@@ -218,7 +239,17 @@ def _array_head(value: bytes) -> tuple[int, int]:
     return count, position
 
 
+def _message_of(item: Any, index: int) -> Message:
+    """One decoded message: the C reading when it recognises Go's shape, else `_message`."""
+    if _go_message is not None:
+        msg = _go_message(item)
+        if msg is not None:
+            return msg
+    return _message(item, index)
+
+
 def _message(item: Any, index: int) -> Message:
+    """The Python reading and judging of one decoded message (`CodecError` if it is not one)."""
     if type(item) is not dict or tuple(item) != _GO_KEYS:
         return _generic_message(item, index)
     # The shape Go writes, its eight fields in order and nothing else: the

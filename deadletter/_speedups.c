@@ -1,0 +1,382 @@
+/*
+ * deadletter._speedups: the scan's per-message checks in C.
+ *
+ * `codec._message` checks each decoded message against the shape Go writes
+ * and builds a `Message`; in Python that costs more than cbor2's decoding
+ * itself. `go_message` does the same for the one shape Go writes (its eight
+ * keys in order, canonical RFC 3339 times between the years 1678 and 2262,
+ * str, list-of-str and int values) and returns None for anything else, which
+ * the Python code then reads and judges. So this module never decides that a
+ * value is corrupt: it only answers "yes, exactly Go's shape" faster, and
+ * tests/test_speedups.py checks that answer against the Python one.
+ *
+ * Optional: without a compiler the app runs on the Python code alone.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+
+#define NS_PER_SECOND 1000000000LL
+/* Seconds whose nanoseconds still fit in a signed 64-bit integer. */
+#define MAX_SECONDS 9223372035LL
+#define FIELD_COUNT 8
+
+static PyObject *message_type;  /* deadletter.messages.Message */
+static PyObject *gotime_type;   /* deadletter.gotime.GoTime */
+static PyObject *set_v;         /* GoTime's `_v` slot setter */
+static PyObject *event_codes;   /* {int: EventCode} */
+static PyObject *go_keys;       /* Go's eight field names, in Go's order */
+static PyObject *attributes;    /* Message's nine attribute names, `extra` last */
+static PyObject *dict_name;     /* "__dict__" */
+
+static int
+two_digits(const char *s, int *value)
+{
+    if (s[0] < '0' || s[0] > '9' || s[1] < '0' || s[1] > '9') {
+        return 0;
+    }
+    *value = (s[0] - '0') * 10 + (s[1] - '0');
+    return 1;
+}
+
+static int
+is_leap(int year)
+{
+    return (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
+}
+
+/* Days from 1970-01-01 to a proleptic Gregorian date (H. Hinnant's algorithm). */
+static int64_t
+days_from_civil(int64_t year, int month, int day)
+{
+    year -= month <= 2;
+    int64_t era = (year >= 0 ? year : year - 399) / 400;
+    int64_t year_of_era = year - era * 400;
+    int64_t day_of_year = (153 * (month + (month > 2 ? -3 : 9)) + 2) / 5 + day - 1;
+    int64_t day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
+    return era * 146097 + day_of_era - 719468;
+}
+
+/*
+ * Read Go's canonical RFC3339Nano text, exactly what `gotime._canonical`
+ * accepts, into an instant and an offset. Returns 0, without an exception,
+ * for any other text and for years outside the 64-bit nanosecond range or
+ * before 0002 (Go's zero time): the caller then takes the Python path.
+ */
+static int
+read_time(PyObject *text, long long *unix_ns, int *offset)
+{
+    static const int month_days[13] = {0, 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    Py_ssize_t size;
+    const char *s;
+    int century, year_of_century, year, month, day, hour, minute, second;
+    Py_ssize_t end, position;
+    long long nanos = 0, scale = NS_PER_SECOND, seconds;
+    int digits = 0, zone_hours, zone_minutes;
+
+    if (!PyUnicode_CheckExact(text) || !PyUnicode_IS_ASCII(text)) {
+        return 0;
+    }
+    size = PyUnicode_GET_LENGTH(text);
+    s = (const char *)PyUnicode_DATA(text);
+    if (size < 20 || s[4] != '-' || s[7] != '-' || s[10] != 'T' || s[13] != ':' || s[16] != ':') {
+        return 0;
+    }
+    if (!two_digits(s, &century) || !two_digits(s + 2, &year_of_century)
+        || !two_digits(s + 5, &month) || !two_digits(s + 8, &day)
+        || !two_digits(s + 11, &hour) || !two_digits(s + 14, &minute)
+        || !two_digits(s + 17, &second)) {
+        return 0;
+    }
+    year = century * 100 + year_of_century;
+    if (year < 2 || month < 1 || month > 12 || day < 1 || hour > 23 || minute > 59
+        || second > 59) {
+        return 0;
+    }
+    if (day > month_days[month] + (month == 2 && is_leap(year))) {
+        return 0;
+    }
+    position = 19;
+    if (s[position] == '.') {
+        for (position++; position < size && s[position] >= '0' && s[position] <= '9';
+             position++) {
+            if (++digits > 9) {
+                return 0;
+            }
+            nanos = nanos * 10 + (s[position] - '0');
+            scale /= 10;
+        }
+        if (digits == 0 || s[position - 1] == '0') {
+            return 0;
+        }
+        nanos *= scale;
+    }
+    end = size - position;
+    if (end == 1 && s[position] == 'Z') {
+        *offset = 0;
+    }
+    else if (end == 6 && (s[position] == '+' || s[position] == '-') && s[position + 3] == ':'
+             && two_digits(s + position + 1, &zone_hours)
+             && two_digits(s + position + 4, &zone_minutes)) {
+        if (zone_hours > 24 || zone_minutes > 59 || (zone_hours == 0 && zone_minutes == 0)) {
+            return 0;
+        }
+        *offset = zone_hours * 3600 + zone_minutes * 60;
+        if (s[position] == '-') {
+            *offset = -*offset;
+        }
+    }
+    else {
+        return 0;
+    }
+    seconds = days_from_civil(year, month, day) * 86400LL + hour * 3600 + minute * 60 + second
+              - *offset;
+    if (seconds > MAX_SECONDS || seconds < -MAX_SECONDS) {
+        return 0;
+    }
+    *unix_ns = seconds * NS_PER_SECOND + nanos;
+    return 1;
+}
+
+/* A GoTime holding `(unix_ns, offset, text)`, as `GoTime.format` leaves it. */
+static PyObject *
+new_time(PyObject *text, long long unix_ns, int offset)
+{
+    PyObject *time, *value, *done;
+
+    value = Py_BuildValue("(LiO)", unix_ns, offset, text);
+    if (value == NULL) {
+        return NULL;
+    }
+    time = ((PyTypeObject *)gotime_type)->tp_alloc((PyTypeObject *)gotime_type, 0);
+    if (time == NULL) {
+        Py_DECREF(value);
+        return NULL;
+    }
+    done = PyObject_CallFunctionObjArgs(set_v, time, value, NULL);
+    Py_DECREF(value);
+    if (done == NULL) {
+        Py_DECREF(time);
+        return NULL;
+    }
+    Py_DECREF(done);
+    return time;
+}
+
+/* A time field: None stays None; Go's canonical text becomes a GoTime. Sets
+ * *result to NULL when the Python path must judge the value, returns -1 on
+ * an exception. */
+static int
+read_time_field(PyObject *raw, PyObject **result)
+{
+    long long unix_ns;
+    int offset;
+
+    if (raw == Py_None) {
+        *result = Py_NewRef(Py_None);
+        return 0;
+    }
+    if (!read_time(raw, &unix_ns, &offset)) {
+        *result = NULL;
+        return 0;
+    }
+    *result = new_time(raw, unix_ns, offset);
+    return *result == NULL ? -1 : 0;
+}
+
+static int
+is_text_list(PyObject *raw)
+{
+    Py_ssize_t i, size;
+
+    if (raw == Py_None) {
+        return 1;
+    }
+    if (!PyList_CheckExact(raw)) {
+        return 0;
+    }
+    size = PyList_GET_SIZE(raw);
+    for (i = 0; i < size; i++) {
+        if (!PyUnicode_CheckExact(PyList_GET_ITEM(raw, i))) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static int
+is_configured(void)
+{
+    if (message_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "deadletter._speedups.setup() has not been called");
+        return 0;
+    }
+    return 1;
+}
+
+PyDoc_STRVAR(go_message_doc,
+"go_message(item) -> Message | None\n\n"
+"The Message of one decoded CBOR map when it has exactly the shape Go writes;\n"
+"None for anything else, which the Python code then reads.");
+
+static PyObject *
+go_message(PyObject *module, PyObject *item)
+{
+    PyObject *values[FIELD_COUNT], *key, *value, *expected, *timestamp = NULL, *queued_at = NULL;
+    PyObject *code, *fields = NULL, *extra = NULL, *message = NULL;
+    Py_ssize_t position = 0, index = 0;
+    long long code_value;
+    int overflow;
+
+    if (!is_configured()) {
+        return NULL;
+    }
+    if (!PyDict_CheckExact(item) || PyDict_GET_SIZE(item) != FIELD_COUNT) {
+        Py_RETURN_NONE;
+    }
+    while (PyDict_Next(item, &position, &key, &value)) {
+        expected = PyTuple_GET_ITEM(go_keys, index);
+        if (key != expected
+            && (!PyUnicode_CheckExact(key) || PyUnicode_Compare(key, expected) != 0)) {
+            Py_RETURN_NONE;
+        }
+        values[index++] = value;
+    }
+    if (!PyUnicode_CheckExact(values[2]) || !PyUnicode_CheckExact(values[3])
+        || !is_text_list(values[4]) || !is_text_list(values[5]) || !is_text_list(values[6])
+        || !PyLong_CheckExact(values[7])) {
+        Py_RETURN_NONE;
+    }
+    code_value = PyLong_AsLongLongAndOverflow(values[7], &overflow);
+    if (code_value == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (overflow || code_value < 0) {
+        Py_RETURN_NONE;
+    }
+    if (read_time_field(values[0], &timestamp) < 0) {
+        return NULL;
+    }
+    if (timestamp == NULL) {
+        Py_RETURN_NONE;
+    }
+    if (read_time_field(values[1], &queued_at) < 0) {
+        goto done;
+    }
+    if (queued_at == NULL) {
+        Py_DECREF(timestamp);
+        Py_RETURN_NONE;
+    }
+    code = PyDict_GetItemWithError(event_codes, values[7]);
+    if (code == NULL) {
+        if (PyErr_Occurred()) {
+            goto done;
+        }
+        code = values[7];
+    }
+    extra = PyDict_New();
+    fields = PyDict_New();
+    if (extra == NULL || fields == NULL
+        || PyDict_SetItem(fields, PyTuple_GET_ITEM(attributes, 0), timestamp) < 0
+        || PyDict_SetItem(fields, PyTuple_GET_ITEM(attributes, 1), queued_at) < 0
+        || PyDict_SetItem(fields, PyTuple_GET_ITEM(attributes, 2), values[2]) < 0
+        || PyDict_SetItem(fields, PyTuple_GET_ITEM(attributes, 3), values[3]) < 0
+        || PyDict_SetItem(fields, PyTuple_GET_ITEM(attributes, 4), values[4]) < 0
+        || PyDict_SetItem(fields, PyTuple_GET_ITEM(attributes, 5), values[5]) < 0
+        || PyDict_SetItem(fields, PyTuple_GET_ITEM(attributes, 6), values[6]) < 0
+        || PyDict_SetItem(fields, PyTuple_GET_ITEM(attributes, 7), code) < 0
+        || PyDict_SetItem(fields, PyTuple_GET_ITEM(attributes, 8), extra) < 0) {
+        goto done;
+    }
+    message = ((PyTypeObject *)message_type)->tp_alloc((PyTypeObject *)message_type, 0);
+    if (message != NULL && PyObject_SetAttr(message, dict_name, fields) < 0) {
+        Py_CLEAR(message);
+    }
+done:
+    Py_XDECREF(timestamp);
+    Py_XDECREF(queued_at);
+    Py_XDECREF(extra);
+    Py_XDECREF(fields);
+    return message;
+}
+
+PyDoc_STRVAR(read_go_time_doc,
+"read_go_time(text) -> tuple[int, int] | None\n\n"
+"(unix_ns, offset) of Go's canonical RFC3339Nano text in go_message's range;\n"
+"None for anything else. For tests: go_message reads its times this way.");
+
+static PyObject *
+read_go_time(PyObject *module, PyObject *text)
+{
+    long long unix_ns;
+    int offset;
+
+    if (!read_time(text, &unix_ns, &offset)) {
+        Py_RETURN_NONE;
+    }
+    return Py_BuildValue("(Li)", unix_ns, offset);
+}
+
+PyDoc_STRVAR(setup_doc,
+"setup(message_type, gotime_type, set_v, event_codes, go_keys, attributes)\n\n"
+"The Python objects go_message builds with; deadletter.codec calls it once.");
+
+static PyObject *
+setup(PyObject *module, PyObject *args)
+{
+    PyObject *new_message, *new_gotime, *new_set_v, *new_codes, *new_keys, *new_attributes;
+
+    if (!PyArg_ParseTuple(args, "O!O!OO!O!O!:setup", &PyType_Type, &new_message, &PyType_Type,
+                          &new_gotime, &new_set_v, &PyDict_Type, &new_codes, &PyTuple_Type,
+                          &new_keys, &PyTuple_Type, &new_attributes)) {
+        return NULL;
+    }
+    if (PyTuple_GET_SIZE(new_keys) != FIELD_COUNT
+        || PyTuple_GET_SIZE(new_attributes) != FIELD_COUNT + 1) {
+        PyErr_SetString(PyExc_ValueError, "go_keys needs 8 names and attributes 9");
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < FIELD_COUNT + 1; i++) {
+        if ((i < FIELD_COUNT && !PyUnicode_CheckExact(PyTuple_GET_ITEM(new_keys, i)))
+            || !PyUnicode_CheckExact(PyTuple_GET_ITEM(new_attributes, i))) {
+            PyErr_SetString(PyExc_TypeError, "field names must be str");
+            return NULL;
+        }
+    }
+    if (!PyCallable_Check(new_set_v)) {
+        PyErr_SetString(PyExc_TypeError, "set_v must be callable");
+        return NULL;
+    }
+    Py_XSETREF(message_type, Py_NewRef(new_message));
+    Py_XSETREF(gotime_type, Py_NewRef(new_gotime));
+    Py_XSETREF(set_v, Py_NewRef(new_set_v));
+    Py_XSETREF(event_codes, Py_NewRef(new_codes));
+    Py_XSETREF(go_keys, Py_NewRef(new_keys));
+    Py_XSETREF(attributes, Py_NewRef(new_attributes));
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef speedups_methods[] = {
+    {"go_message", go_message, METH_O, go_message_doc},
+    {"read_go_time", read_go_time, METH_O, read_go_time_doc},
+    {"setup", setup, METH_VARARGS, setup_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef speedups_module = {
+    PyModuleDef_HEAD_INIT,
+    "deadletter._speedups",
+    "The scan's per-message checks in C; see deadletter.codec.",
+    -1,
+    speedups_methods,
+};
+
+PyMODINIT_FUNC
+PyInit__speedups(void)
+{
+    dict_name = PyUnicode_InternFromString("__dict__");
+    if (dict_name == NULL) {
+        return NULL;
+    }
+    return PyModule_Create(&speedups_module);
+}

@@ -1,0 +1,16 @@
+from typing import Any
+
+from deadletter.gotime import GoTime
+from deadletter.messages import Message
+
+def go_message(item: Any, /) -> Message | None: ...
+def read_go_time(text: Any, /) -> tuple[int, int] | None: ...
+def setup(
+    message_type: type[Message],
+    gotime_type: type[GoTime],
+    set_v: Any,
+    event_codes: dict[int, Any],
+    go_keys: tuple[str, ...],
+    attributes: tuple[str, ...],
+    /,
+) -> None: ...

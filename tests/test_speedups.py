@@ -1,0 +1,270 @@
+"""The C reading of Go's message shape (deadletter/_speedups.c) agrees with the Python one.
+
+The extension may only ever say "this is exactly Go's shape, and here is the
+same Message the Python code would build"; everything else it hands back to
+the Python code. Every test here compares the two.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import sys
+import tracemalloc
+from types import ModuleType
+from typing import Any
+
+import cbor2
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from deadletter import codec
+from deadletter.gotime import GoTime, _canonical
+from deadletter.messages import EventCode, Message
+from tests.test_codec import (
+    ALL_FIXTURES,
+    FIELD_NAMES,
+    FIXTURE_VALUES,
+    field_values,
+    fixture_id,
+    fresh_copy,
+    outcome,
+    wire_map,
+)
+
+NS = 1_000_000_000
+# The seconds whose nanoseconds fit in 64 bits: the extension's time range.
+MAX_SECONDS = (2**63 - 1) // NS - 1
+
+
+def _import_speedups() -> ModuleType:
+    try:
+        from deadletter import _speedups
+    except ImportError:
+        if os.environ.get("DEADLETTER_REQUIRE_SPEEDUPS"):
+            raise
+        pytest.skip("the C extension is not built (pip install -e . builds it)")
+    return _speedups
+
+
+@pytest.fixture(scope="module")
+def speedups() -> ModuleType:
+    return _import_speedups()
+
+
+def read_by_c(speedups: ModuleType, item: Any) -> Any:
+    """What `go_message` gives for a fresh copy of `item`: None or an outcome."""
+    copy = fresh_copy(item) if type(item) is dict else item
+    msg = speedups.go_message(copy)
+    return None if msg is None else outcome(lambda: msg)
+
+
+def python_reading(item: Any) -> Any:
+    return outcome(lambda: codec._message(fresh_copy(item) if type(item) is dict else item, 0))
+
+
+def expected_time(text: str) -> tuple[int, int] | None:
+    """What `read_go_time` must give: the instant of canonical text in its range, else None."""
+    if type(text) is not str or _canonical(text) is None or text < "0002":
+        return None
+    time = GoTime.parse(text)
+    if abs(time.unix_ns // NS) > MAX_SECONDS:
+        return None
+    return time.unix_ns, time.offset
+
+
+def test_the_codec_uses_the_extension(speedups: ModuleType) -> None:
+    assert codec._go_message is speedups.go_message
+
+
+@pytest.mark.parametrize(
+    "entry_value",
+    list(zip(ALL_FIXTURES, FIXTURE_VALUES, strict=True)),
+    ids=[fixture_id(e) for e in ALL_FIXTURES],
+)
+def test_every_go_fixture_message_reads_as_the_python_code_reads_it(
+    speedups: ModuleType, entry_value: tuple[dict[str, Any], bytes]
+) -> None:
+    _, value = entry_value
+    items = cbor2.loads(value) or []
+    for item in items:
+        by_c = read_by_c(speedups, item)
+        assert by_c is None or by_c == python_reading(item)
+
+
+def test_go_written_messages_take_the_c_path(speedups: ModuleType) -> None:
+    taken = sum(
+        speedups.go_message(item) is not None
+        for value in FIXTURE_VALUES
+        for item in (cbor2.loads(value) or [])
+    )
+    assert taken >= 5
+
+
+def test_a_typical_row_is_read_by_c_with_times_worked_out(speedups: ModuleType) -> None:
+    item = wire_map(
+        Timestamp="2026-11-29T15:47:12.123456789+01:00",
+        QueuedAt="2026-11-29T14:47:13Z",
+        Username="ana@skole.hr",
+        Subject="Ocjena: Matematika",
+        Descriptions=["Datum", "Ocjena"],
+        Fields=["27.11.2026.", "5"],
+        Code=3,
+    )
+    msg = speedups.go_message(item)
+    assert type(msg) is Message
+    assert msg == codec._message(fresh_copy(item), 0)
+    assert msg.code is EventCode.FINAL_GRADE
+    assert msg.timestamp == GoTime.parse("2026-11-29T15:47:12.123456789+01:00")
+    assert msg.timestamp.format() == "2026-11-29T15:47:12.123456789+01:00"
+    assert msg.queued_at.unix_ns == GoTime.parse("2026-11-29T14:47:13Z").unix_ns
+    assert msg.extra == {} and msg.extra is not speedups.go_message(item).extra
+
+
+@pytest.mark.parametrize(
+    "item",
+    [
+        wire_map(Extra="kept"),
+        {name: wire_map()[name] for name in reversed(FIELD_NAMES)},
+        {**{n.lower(): v for n, v in wire_map().items()}},
+        wire_map(Username=None),
+        wire_map(Code=True),
+        wire_map(Code=-1),
+        wire_map(Code=2**63),
+        wire_map(Fields=["a", None]),
+        wire_map(Fields=("a",)),
+        wire_map(QueuedAt="0001-01-01T00:00:00Z"),
+        wire_map(QueuedAt="2026-11-29T15:47:12.500Z"),
+        wire_map(QueuedAt="2300-01-01T00:00:00Z"),
+        wire_map(Timestamp=cbor2.CBORTag(1, 0)),
+        wire_map(Timestamp=1_700_000_000),
+        [wire_map()],
+        "not a map",
+    ],
+    ids=lambda item: repr(item)[:40],
+)
+def test_anything_but_gos_exact_shape_is_left_to_the_python_code(
+    speedups: ModuleType, item: Any
+) -> None:
+    assert speedups.go_message(item) is None
+
+
+@settings(max_examples=2000, deadline=None)
+@given(st.lists(field_values, min_size=8, max_size=8))
+def test_any_field_values_read_by_c_read_the_same_in_python(values: list[Any]) -> None:
+    speedups = _import_speedups()
+    item = dict(zip(FIELD_NAMES, values, strict=True))
+    by_c = read_by_c(speedups, item)
+    assert by_c is None or by_c == python_reading(item)
+
+
+digits = st.integers(0, 99).map(lambda n: f"{n:02d}")
+near_canonical_times = st.builds(
+    lambda year, month, day, hour, minute, second, fraction, zone: (
+        f"{year:04d}-{month}-{day}T{hour}:{minute}:{second}{fraction}{zone}"
+    ),
+    st.integers(0, 9999) | st.sampled_from([0, 1, 2, 1677, 1678, 2262, 2263, 2000, 2100]),
+    st.integers(0, 13).map(lambda n: f"{n:02d}"),
+    st.integers(0, 32).map(lambda n: f"{n:02d}"),
+    st.integers(0, 25).map(lambda n: f"{n:02d}"),
+    st.integers(0, 61).map(lambda n: f"{n:02d}"),
+    st.integers(0, 61).map(lambda n: f"{n:02d}"),
+    st.just("") | st.text("0123456789", max_size=11).map(lambda s: "." + s),
+    st.sampled_from(["Z", "z", "", "+00:00", "-00:00", "+24:00", "+24:59", "+25:00", "-00:01"])
+    | st.builds(lambda sign, h, m: f"{sign}{h}:{m}", st.sampled_from("+-"), digits, digits),
+)
+
+
+@settings(max_examples=3000, deadline=None)
+@given(near_canonical_times)
+def test_a_time_is_read_by_c_exactly_when_the_python_code_reads_it_as_canonical(
+    text: str,
+) -> None:
+    assert _import_speedups().read_go_time(text) == expected_time(text)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(
+    near_canonical_times.flatmap(
+        lambda text: st.tuples(st.integers(0, len(text)), st.characters(codec="utf-8")).map(
+            lambda cut: text[: cut[0]] + cut[1] + text[cut[0] + 1 :]
+        )
+    )
+    | st.text(max_size=40)
+)
+def test_a_mangled_time_is_read_by_c_only_if_it_is_still_canonical(text: str) -> None:
+    assert _import_speedups().read_go_time(text) == expected_time(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "1677-09-21T00:12:44Z",
+        "1677-09-21T00:12:43.145224192Z",
+        "2262-04-11T23:47:16.854775807Z",
+        "2262-04-11T23:47:17Z",
+        "2262-04-12T00:47:16+01:00",
+        "2000-02-29T00:00:00Z",
+        "2100-02-29T00:00:00Z",
+        "0002-01-01T00:00:00Z",
+    ],
+)
+def test_the_edges_of_the_c_time_range_read_as_python_reads_them(
+    speedups: ModuleType, text: str
+) -> None:
+    assert speedups.read_go_time(text) == expected_time(text)
+
+
+def test_reading_leaks_no_objects(speedups: ModuleType) -> None:
+    item = wire_map(
+        Timestamp="2026-11-29T15:47:12.123456789+01:00",
+        QueuedAt="2026-11-29T14:47:13Z",
+        Username="ana",
+        Descriptions=["a"],
+        Fields=[],
+        Code=7,
+    )
+    text = item["QueuedAt"]
+    references = sys.getrefcount(text), sys.getrefcount(item["Descriptions"])
+    for _ in range(1000):
+        speedups.go_message(item)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for _ in range(20_000):
+            speedups.go_message(item)
+            speedups.go_message(wire_map(QueuedAt="yesterday"))
+            speedups.read_go_time(text)
+        gc.collect()
+        growth = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert growth < 20_000  # 60,000 calls: a leak of even one object per call is > 1 MB
+    assert (sys.getrefcount(text), sys.getrefcount(item["Descriptions"])) == references
+
+
+def test_the_python_code_alone_reads_every_fixture_the_same(
+    speedups: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with_c = [codec.decode(value) for value in FIXTURE_VALUES]
+    monkeypatch.setattr(codec, "_go_message", None)
+    assert [codec.decode(value) for value in FIXTURE_VALUES] == with_c
+
+
+@pytest.mark.parametrize(
+    ("arguments", "error"),
+    [
+        ((Message, GoTime, len, {}, ("a",) * 7, ("a",) * 9), ValueError),
+        ((Message, GoTime, len, {}, (1,) * 8, ("a",) * 9), TypeError),
+        ((Message, GoTime, "not callable", {}, ("a",) * 8, ("a",) * 9), TypeError),
+        (("Message", GoTime, len, {}, ("a",) * 8, ("a",) * 9), TypeError),
+    ],
+)
+def test_setup_refuses_what_go_message_cannot_build_with(
+    speedups: ModuleType, arguments: tuple[Any, ...], error: type[Exception]
+) -> None:
+    with pytest.raises(error):
+        speedups.setup(*arguments)
+    assert speedups.go_message(wire_map()) == Message()
