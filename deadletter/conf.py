@@ -1,4 +1,10 @@
-"""Every `DEADLETTER_*` setting, read live so `override_settings` just works."""
+"""Every `DEADLETTER_*` setting, read once and read again when a test overrides it.
+
+The store path asks for the queue's database alias on every call: looking it
+up in Django's lazy settings each time cost a fifth of a store. Values are
+cached for the settings object in place and forgotten when another takes its
+place (`override_settings`) or a setting changes (`setting_changed`).
+"""
 
 from __future__ import annotations
 
@@ -6,31 +12,63 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
+from django.core.signals import setting_changed
 from django.db import DEFAULT_DB_ALIAS
+from django.dispatch import receiver
 
 DEFAULT_MAX_QUEUE_AGE = timedelta(days=30)
+
+_DEFAULTS: dict[str, Any] = {
+    "MAX_QUEUE_AGE": DEFAULT_MAX_QUEUE_AGE,
+    "DATABASE": DEFAULT_DB_ALIAS,
+    "HANDLERS": {},
+    "MAX_ATTEMPTS": None,
+}
+_cache: dict[str, Any] = {}
+_cached_from: list[Any] = [None]
+
+
+def _read(name: str) -> Any:
+    # Every `override_settings` (and pytest-django's `settings` fixture, which
+    # sends no signal when it deletes a setting) puts a new settings object in
+    # place: values cached from another one are stale.
+    source = settings._wrapped
+    if source is not _cached_from[0]:
+        _cache.clear()
+        _cached_from[0] = source
+    try:
+        return _cache[name]
+    except KeyError:
+        value = _cache[name] = getattr(settings, f"DEADLETTER_{name}", _DEFAULTS[name])
+        return value
+
+
+@receiver(setting_changed)
+def _forget(*, setting: str, **kwargs: Any) -> None:
+    if setting.startswith("DEADLETTER_"):
+        _cache.clear()
 
 
 class Settings:
     @property
     def MAX_QUEUE_AGE(self) -> timedelta:
         """How long a message is retried before fetch drops it (from its `queued_at`)."""
-        return getattr(settings, "DEADLETTER_MAX_QUEUE_AGE", DEFAULT_MAX_QUEUE_AGE)
+        return _read("MAX_QUEUE_AGE")
 
     @property
     def DATABASE(self) -> str:
         """The database alias the queue table lives in."""
-        return getattr(settings, "DEADLETTER_DATABASE", DEFAULT_DB_ALIAS)
+        return _read("DATABASE")
 
     @property
     def HANDLERS(self) -> dict[str, Any]:
         """Queue name -> dotted path of the callable that redelivers its messages."""
-        return getattr(settings, "DEADLETTER_HANDLERS", {})
+        return _read("HANDLERS")
 
     @property
     def MAX_ATTEMPTS(self) -> int | None:
         """Drop a message after this many failed attempts; None retries until the age limit."""
-        return getattr(settings, "DEADLETTER_MAX_ATTEMPTS", None)
+        return _read("MAX_ATTEMPTS")
 
 
 conf = Settings()

@@ -98,14 +98,16 @@ def store_failed_msgs(queue: str, msg: Message) -> bytes:
     except (codec.CodecError, TypeError, ValueError) as exc:
         logger.error("store failed queue=%s reason=unencodable error=%s", queue, exc)
         raise QueueingError from exc
-    key = insert_value(prefix, value, queue=queue)
-    sql.after_commit(sql.connection(), signals.message_enqueued, sender=queue, key=key, msg=msg)
+    connection = sql.connection()
+    key = insert_value(connection, prefix, value, queue=queue)
+    sql.after_commit(connection, signals.message_enqueued, sender=queue, key=key, msg=msg)
     return key
 
 
-def insert_value(prefix: bytes, value: bytes, *, queue: str) -> bytes:
+def insert_value(
+    connection: BaseDatabaseWrapper, prefix: bytes, value: bytes, *, queue: str
+) -> bytes:
     """Insert an encoded row under a fresh key, retrying a key collision with a new key."""
-    connection = sql.connection()
     query = f"INSERT INTO {sql.quoted(connection, sql.TABLE)} (key, value) VALUES (%s, %s)"
     for _ in range(_INSERT_ATTEMPTS):
         key = keys.new_key(prefix)
@@ -492,7 +494,7 @@ def replace_msg(key: bytes, msg: Message) -> bytes | None:
             deleted = sql.write(connection, _delete_sql(connection), (key,))
             if not deleted:
                 return None
-            new_key = insert_value(prefix, value, queue=queue)
+            new_key = insert_value(connection, prefix, value, queue=queue)
             sql.after_commit(connection, signals.message_dequeued, sender=queue, key=key)
             sql.after_commit(
                 connection, signals.message_enqueued, sender=queue, key=new_key, msg=msg
