@@ -32,7 +32,7 @@ def _read(name: str) -> Any:
     # Every `override_settings` (and pytest-django's `settings` fixture, which
     # sends no signal when it deletes a setting) puts a new settings object in
     # place: values cached from another one are stale.
-    source = settings._wrapped
+    source = settings.__dict__["_wrapped"]
     if source is not _cached_from[0]:
         _cache.clear()
         _cached_from[0] = source
