@@ -9,12 +9,15 @@
  * the Python code then reads and judges. So this module never decides that a
  * value is corrupt: it only answers "yes, exactly Go's shape" faster, and
  * tests/test_speedups.py checks that answer against the Python one.
+ * `go_encode` is the same for writing: the bytes of a message of that shape,
+ * or None for the Python encoder to write (or refuse).
  *
  * Optional: without a compiler the app runs on the Python code alone.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <string.h>
 
 #define NS_PER_SECOND 1000000000LL
 /* Seconds whose nanoseconds still fit in a signed 64-bit integer. */
@@ -28,6 +31,8 @@ static PyObject *event_codes;   /* {int: EventCode} */
 static PyObject *go_keys;       /* Go's eight field names, in Go's order */
 static PyObject *attributes;    /* Message's nine attribute names, `extra` last */
 static PyObject *dict_name;     /* "__dict__" */
+static PyObject *format_name;   /* "format" */
+static PyObject *event_code_type; /* deadletter.messages.EventCode */
 
 static int
 two_digits(const char *s, int *value)
@@ -300,6 +305,222 @@ done:
     return message;
 }
 
+/* --- writing ------------------------------------------------------------ */
+
+/* Counts bytes while `out` is NULL, then writes them: one walk for both. */
+typedef struct {
+    char *out;
+    Py_ssize_t size;
+} Writer;
+
+static void
+put(Writer *writer, const void *data, Py_ssize_t size)
+{
+    if (writer->out != NULL) {
+        memcpy(writer->out + writer->size, data, (size_t)size);
+    }
+    writer->size += size;
+}
+
+/* A CBOR head in its shortest form, as Go's encoder writes it. */
+static void
+put_head(Writer *writer, unsigned char major, uint64_t value)
+{
+    unsigned char head[9];
+    int size, i;
+
+    major <<= 5;
+    if (value < 24) {
+        head[0] = major | (unsigned char)value;
+        size = 1;
+    }
+    else {
+        int width = value <= 0xFF ? 1 : value <= 0xFFFF ? 2 : value <= 0xFFFFFFFFu ? 4 : 8;
+        head[0] = major | (unsigned char)(width == 1 ? 24 : width == 2 ? 25 : width == 4 ? 26 : 27);
+        for (i = 0; i < width; i++) {
+            head[width - i] = (unsigned char)(value >> (8 * i));
+        }
+        size = width + 1;
+    }
+    put(writer, head, size);
+}
+
+/* A str as CBOR text; its UTF-8 was checked by `text_utf8` before. */
+static void
+put_text(Writer *writer, PyObject *text)
+{
+    Py_ssize_t size;
+    const char *data = PyUnicode_AsUTF8AndSize(text, &size);
+
+    put_head(writer, 3, (uint64_t)size);
+    put(writer, data, size);
+}
+
+static void
+put_text_list(Writer *writer, PyObject *list)
+{
+    Py_ssize_t i, size;
+
+    if (list == Py_None) {
+        put(writer, "\xf6", 1);
+        return;
+    }
+    size = PyList_GET_SIZE(list);
+    put_head(writer, 4, (uint64_t)size);
+    for (i = 0; i < size; i++) {
+        put_text(writer, PyList_GET_ITEM(list, i));
+    }
+}
+
+/* Whether `text` is a str with a UTF-8 form (a lone surrogate has none). */
+static int
+text_utf8(PyObject *text)
+{
+    if (!PyUnicode_CheckExact(text)) {
+        return 0;
+    }
+    if (PyUnicode_AsUTF8AndSize(text, NULL) == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    return 1;
+}
+
+static int
+is_utf8_text_list(PyObject *list)
+{
+    Py_ssize_t i;
+
+    if (list == Py_None) {
+        return 1;
+    }
+    if (!PyList_CheckExact(list)) {
+        return 0;
+    }
+    for (i = 0; i < PyList_GET_SIZE(list); i++) {
+        if (!text_utf8(PyList_GET_ITEM(list, i))) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* The text Go writes for a GoTime, in *text (a new reference), or NULL for
+ * None. Returns 0 when the Python encoder must judge the value: anything but
+ * None or a GoTime, a time whose text fails, or one that may be Go's zero
+ * time (written as null; the Python encoder asks `is_zero`). */
+static int
+wire_time(PyObject *time, PyObject **text)
+{
+    PyObject *formatted;
+    const char *data;
+    Py_ssize_t size;
+
+    *text = NULL;
+    if (time == Py_None) {
+        return 1;
+    }
+    if (Py_TYPE(time) != (PyTypeObject *)gotime_type) {
+        return 0;
+    }
+    formatted = PyObject_CallMethodNoArgs(time, format_name);
+    if (formatted == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    data = PyUnicode_CheckExact(formatted) ? PyUnicode_AsUTF8AndSize(formatted, &size) : NULL;
+    if (data == NULL || size < 4 || memcmp(data, "0002", 4) < 0) {
+        PyErr_Clear();
+        Py_DECREF(formatted);
+        return 0;
+    }
+    *text = formatted;
+    return 1;
+}
+
+PyDoc_STRVAR(go_encode_doc,
+"go_encode(msg) -> bytes | None\n\n"
+"The per-message row value Go writes for `msg` ([msg] in CBOR) when it has\n"
+"exactly Go's shape (no extra keys); None for the Python encoder to write.");
+
+static PyObject *
+go_encode(PyObject *module, PyObject *msg)
+{
+    PyObject *values[FIELD_COUNT + 1] = {NULL}, *times[2] = {NULL, NULL}, *result = NULL;
+    long long code = -1;
+    int overflow = 0, i, shaped = 0;
+    Writer writer = {NULL, 0};
+
+    if (!is_configured()) {
+        return NULL;
+    }
+    if (Py_TYPE(msg) != (PyTypeObject *)message_type) {
+        Py_RETURN_NONE;
+    }
+    for (i = 0; i < FIELD_COUNT + 1; i++) {
+        values[i] = PyObject_GetAttr(msg, PyTuple_GET_ITEM(attributes, i));
+        if (values[i] == NULL) {
+            goto done;
+        }
+    }
+    if (PyLong_Check(values[7]) && !PyBool_Check(values[7])
+        && (PyLong_CheckExact(values[7]) || Py_TYPE(values[7]) == (PyTypeObject *)event_code_type)) {
+        code = PyLong_AsLongLongAndOverflow(values[7], &overflow);
+        if (code == -1 && PyErr_Occurred()) {
+            goto done;
+        }
+    }
+    shaped = code >= 0 && !overflow && text_utf8(values[2]) && text_utf8(values[3])
+             && is_utf8_text_list(values[4]) && is_utf8_text_list(values[5])
+             && is_utf8_text_list(values[6]) && PyDict_CheckExact(values[8])
+             && PyDict_GET_SIZE(values[8]) == 0 && wire_time(values[0], &times[0])
+             && wire_time(values[1], &times[1]);
+    if (!shaped) {
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    for (;;) {
+        put_head(&writer, 4, 1);
+        put_head(&writer, 5, FIELD_COUNT);
+        for (i = 0; i < FIELD_COUNT; i++) {
+            put_text(&writer, PyTuple_GET_ITEM(go_keys, i));
+            if (i < 2) {
+                if (times[i] == NULL) {
+                    put(&writer, "\xf6", 1);
+                }
+                else {
+                    put_text(&writer, times[i]);
+                }
+            }
+            else if (i < 4) {
+                put_text(&writer, values[i]);
+            }
+            else if (i < 7) {
+                put_text_list(&writer, values[i]);
+            }
+            else {
+                put_head(&writer, 0, (uint64_t)code);
+            }
+        }
+        if (writer.out != NULL) {
+            break;
+        }
+        result = PyBytes_FromStringAndSize(NULL, writer.size);
+        if (result == NULL) {
+            goto done;
+        }
+        writer.out = PyBytes_AS_STRING(result);
+        writer.size = 0;
+    }
+done:
+    for (i = 0; i < FIELD_COUNT + 1; i++) {
+        Py_XDECREF(values[i]);
+    }
+    Py_XDECREF(times[0]);
+    Py_XDECREF(times[1]);
+    return result;
+}
+
 PyDoc_STRVAR(read_go_time_doc,
 "read_go_time(text) -> tuple[int, int] | None\n\n"
 "(unix_ns, offset) of Go's canonical RFC3339Nano text in go_message's range;\n"
@@ -318,17 +539,19 @@ read_go_time(PyObject *module, PyObject *text)
 }
 
 PyDoc_STRVAR(setup_doc,
-"setup(message_type, gotime_type, set_v, event_codes, go_keys, attributes)\n\n"
-"The Python objects go_message builds with; deadletter.codec calls it once.");
+"setup(message_type, gotime_type, set_v, event_codes, go_keys, attributes, event_code_type)\n\n"
+"The Python objects go_message and go_encode work with; deadletter.codec calls it once.");
 
 static PyObject *
 setup(PyObject *module, PyObject *args)
 {
     PyObject *new_message, *new_gotime, *new_set_v, *new_codes, *new_keys, *new_attributes;
+    PyObject *new_event_code;
 
-    if (!PyArg_ParseTuple(args, "O!O!OO!O!O!:setup", &PyType_Type, &new_message, &PyType_Type,
+    if (!PyArg_ParseTuple(args, "O!O!OO!O!O!O!:setup", &PyType_Type, &new_message, &PyType_Type,
                           &new_gotime, &new_set_v, &PyDict_Type, &new_codes, &PyTuple_Type,
-                          &new_keys, &PyTuple_Type, &new_attributes)) {
+                          &new_keys, &PyTuple_Type, &new_attributes, &PyType_Type,
+                          &new_event_code)) {
         return NULL;
     }
     if (PyTuple_GET_SIZE(new_keys) != FIELD_COUNT
@@ -353,10 +576,12 @@ setup(PyObject *module, PyObject *args)
     Py_XSETREF(event_codes, Py_NewRef(new_codes));
     Py_XSETREF(go_keys, Py_NewRef(new_keys));
     Py_XSETREF(attributes, Py_NewRef(new_attributes));
+    Py_XSETREF(event_code_type, Py_NewRef(new_event_code));
     Py_RETURN_NONE;
 }
 
 static PyMethodDef speedups_methods[] = {
+    {"go_encode", go_encode, METH_O, go_encode_doc},
     {"go_message", go_message, METH_O, go_message_doc},
     {"read_go_time", read_go_time, METH_O, read_go_time_doc},
     {"setup", setup, METH_VARARGS, setup_doc},
@@ -369,13 +594,18 @@ static struct PyModuleDef speedups_module = {
     "The scan's per-message checks in C; see deadletter.codec.",
     -1,
     speedups_methods,
+    NULL,
+    NULL,
+    NULL,
+    NULL,
 };
 
 PyMODINIT_FUNC
 PyInit__speedups(void)
 {
     dict_name = PyUnicode_InternFromString("__dict__");
-    if (dict_name == NULL) {
+    format_name = PyUnicode_InternFromString("format");
+    if (dict_name == NULL || format_name == NULL) {
         return NULL;
     }
     return PyModule_Create(&speedups_module);

@@ -1,8 +1,9 @@
 from typing import Any
 
 from deadletter.gotime import GoTime
-from deadletter.messages import Message
+from deadletter.messages import EventCode, Message
 
+def go_encode(msg: Message, /) -> bytes | None: ...
 def go_message(item: Any, /) -> Message | None: ...
 def read_go_time(text: Any, /) -> tuple[int, int] | None: ...
 def setup(
@@ -12,5 +13,6 @@ def setup(
     event_codes: dict[int, Any],
     go_keys: tuple[str, ...],
     attributes: tuple[str, ...],
+    event_code_type: type[EventCode],
     /,
 ) -> None: ...

@@ -102,19 +102,23 @@ _DECODER_OPTIONS: dict[str, Any] = {
 }
 
 
-def _load_speedups() -> Callable[[Any], Message | None] | None:
-    """`_speedups.go_message`, set up with the classes it builds, or None when
-    the C extension was not compiled (the Python reading then does it all)."""
+def _load_speedups() -> Any:
+    """`deadletter._speedups`, set up with the classes it builds, or None when
+    the C extension was not compiled (the Python code then does it all)."""
     try:
         from deadletter import _speedups
     except ImportError:
         return None
     attributes = tuple(field.name for field in dataclasses.fields(Message))
-    _speedups.setup(Message, GoTime, _set_v, _EVENT_CODES, _GO_KEYS, attributes)
-    return _speedups.go_message
+    _speedups.setup(Message, GoTime, _set_v, _EVENT_CODES, _GO_KEYS, attributes, EventCode)
+    return _speedups
 
 
-_go_message = _load_speedups()
+_speedups = _load_speedups()
+# Each returns None for whatever is not exactly Go's shape, which the Python
+# code then reads or writes (and refuses, when it is not a message).
+_go_message: Callable[[Any], Message | None] | None = _speedups and _speedups.go_message
+_go_encode: Callable[[Message], bytes | None] | None = _speedups and _speedups.go_encode
 
 
 def decode(value: bytes) -> list[Message]:
@@ -473,6 +477,10 @@ def encode(msgs: Sequence[Message]) -> bytes:
 
 def encode_one(msg: Message) -> bytes:
     """`encode([msg])`: the value of a per-message row."""
+    if _go_encode is not None:
+        value = _go_encode(msg)
+        if value is not None:
+            return value
     wire = [_wire_map(msg, 0)]
     try:
         return cbor2.dumps(wire)

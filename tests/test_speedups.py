@@ -1,16 +1,19 @@
-"""The C reading of Go's message shape (deadletter/_speedups.c) agrees with the Python one.
+"""The C reading and writing of Go's message shape (deadletter/_speedups.c) agree with Python's.
 
 The extension may only ever say "this is exactly Go's shape, and here is the
-same Message the Python code would build"; everything else it hands back to
-the Python code. Every test here compares the two.
+same Message (or the same bytes) the Python code would give"; everything
+else it hands back to the Python code. Every test here compares the two.
 """
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import sys
 import tracemalloc
+from collections.abc import Iterator
+from datetime import UTC, datetime
 from types import ModuleType
 from typing import Any
 
@@ -20,6 +23,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from deadletter import codec
+from deadletter.codec import CodecError
 from deadletter.gotime import GoTime, _canonical
 from deadletter.messages import EventCode, Message
 from tests.test_codec import (
@@ -216,7 +220,7 @@ def test_the_edges_of_the_c_time_range_read_as_python_reads_them(
     assert speedups.read_go_time(text) == expected_time(text)
 
 
-def test_reading_leaks_no_objects(speedups: ModuleType) -> None:
+def test_reading_and_writing_leak_no_objects(speedups: ModuleType) -> None:
     item = wire_map(
         Timestamp="2026-11-29T15:47:12.123456789+01:00",
         QueuedAt="2026-11-29T14:47:13Z",
@@ -226,9 +230,12 @@ def test_reading_leaks_no_objects(speedups: ModuleType) -> None:
         Code=7,
     )
     text = item["QueuedAt"]
+    msg = codec.decode(cbor2.dumps([item]))[0]
+    odd = msg.replace(extra={"Attempts": 2})
     references = sys.getrefcount(text), sys.getrefcount(item["Descriptions"])
     for _ in range(1000):
         speedups.go_message(item)
+        speedups.go_encode(msg)
     gc.collect()
     tracemalloc.start()
     try:
@@ -237,6 +244,8 @@ def test_reading_leaks_no_objects(speedups: ModuleType) -> None:
             speedups.go_message(item)
             speedups.go_message(wire_map(QueuedAt="yesterday"))
             speedups.read_go_time(text)
+            speedups.go_encode(msg)
+            speedups.go_encode(odd)
         gc.collect()
         growth = tracemalloc.get_traced_memory()[0] - before
     finally:
@@ -256,10 +265,11 @@ def test_the_python_code_alone_reads_every_fixture_the_same(
 @pytest.mark.parametrize(
     ("arguments", "error"),
     [
-        ((Message, GoTime, len, {}, ("a",) * 7, ("a",) * 9), ValueError),
-        ((Message, GoTime, len, {}, (1,) * 8, ("a",) * 9), TypeError),
-        ((Message, GoTime, "not callable", {}, ("a",) * 8, ("a",) * 9), TypeError),
-        (("Message", GoTime, len, {}, ("a",) * 8, ("a",) * 9), TypeError),
+        ((Message, GoTime, len, {}, ("a",) * 7, ("a",) * 9, EventCode), ValueError),
+        ((Message, GoTime, len, {}, (1,) * 8, ("a",) * 9, EventCode), TypeError),
+        ((Message, GoTime, "not callable", {}, ("a",) * 8, ("a",) * 9, EventCode), TypeError),
+        (("Message", GoTime, len, {}, ("a",) * 8, ("a",) * 9, EventCode), TypeError),
+        ((Message, GoTime, len, {}, ("a",) * 8, ("a",) * 9, "EventCode"), TypeError),
     ],
 )
 def test_setup_refuses_what_go_message_cannot_build_with(
@@ -268,3 +278,141 @@ def test_setup_refuses_what_go_message_cannot_build_with(
     with pytest.raises(error):
         speedups.setup(*arguments)
     assert speedups.go_message(wire_map()) == Message()
+    assert speedups.go_encode(Message()) == written_by_python(Message())
+
+
+# --- writing ----------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def python_encoder() -> Iterator[None]:
+    saved = codec._go_encode
+    codec._go_encode = None
+    try:
+        yield
+    finally:
+        codec._go_encode = saved
+
+
+def written_by_python(msg: Any) -> Any:
+    with python_encoder():
+        try:
+            return codec.encode_one(msg)
+        except CodecError as exc:
+            return ("refused", str(exc))
+
+
+@pytest.mark.parametrize("value", FIXTURE_VALUES, ids=[fixture_id(e) for e in ALL_FIXTURES])
+def test_every_go_fixture_message_is_written_as_the_python_code_writes_it(
+    speedups: ModuleType, value: bytes
+) -> None:
+    for msg in codec.decode(value):
+        written = speedups.go_encode(msg)
+        assert written is None or written == written_by_python(msg)
+
+
+def test_a_typical_message_is_written_by_c(speedups: ModuleType) -> None:
+    msg = Message(
+        timestamp=GoTime.parse("2026-11-29T15:47:12.123456789+01:00"),
+        queued_at=GoTime.now(),
+        username="učenik@skole.hr",
+        subject="Ocjena: Matematika" * 20,
+        descriptions=["Datum", "Ocjena"],
+        fields=[],
+        code=EventCode.NATIONAL_EXAM,
+    )
+    written = speedups.go_encode(msg)
+    assert written is not None
+    assert written == written_by_python(msg)
+    assert codec.decode(written) == [msg]
+
+
+@pytest.mark.parametrize(
+    "msg",
+    [
+        Message(extra={"Attempts": 1}),
+        Message(code=-1),
+        Message(code=2**63),
+        Message(username="\ud800"),
+        Message(fields=("a",)),
+        Message(fields=["a", 1]),
+        Message(queued_at=GoTime.parse("0001-01-01T00:00:00Z")),
+        Message(queued_at=GoTime(-(10**20))),
+    ],
+    ids=repr,
+)
+def test_anything_but_gos_exact_shape_is_left_to_the_python_encoder(
+    speedups: ModuleType, msg: Message
+) -> None:
+    assert speedups.go_encode(msg) is None
+
+
+def test_values_set_after_construction_are_judged_by_the_python_encoder(
+    speedups: ModuleType,
+) -> None:
+    msg = Message()
+    msg.code = True  # type: ignore[assignment]
+    assert speedups.go_encode(msg) is None
+    msg.code = 0
+    msg.queued_at = datetime(2026, 11, 29, tzinfo=UTC)  # type: ignore[assignment]
+    assert speedups.go_encode(msg) is None
+
+
+class SubMessage(Message):
+    pass
+
+
+def test_a_message_subclass_is_left_to_the_python_encoder(speedups: ModuleType) -> None:
+    assert speedups.go_encode(SubMessage()) is None
+    assert codec.encode_one(SubMessage()) == codec.encode_one(Message())
+
+
+go_times = st.none() | st.builds(
+    GoTime,
+    st.integers(-(2**63), 2**63 - 1) | st.integers(-(10**20), 10**20),
+    st.integers(-86_400, 86_400) | st.sampled_from([0, 3600, -12_600, 19_800]),
+)
+texts = st.text(max_size=30) | st.text(max_size=300)
+text_lists = st.none() | st.lists(texts, max_size=4)
+message_values = st.builds(
+    Message,
+    timestamp=go_times,
+    queued_at=go_times,
+    username=texts,
+    subject=texts,
+    descriptions=text_lists,
+    fields=text_lists,
+    skip_recipients=text_lists,
+    code=st.integers(-5, 2**64) | st.sampled_from([0, 23, 24, 255, 256, 65535, 65536, 2**32]),
+    extra=st.just({}) | st.dictionaries(st.sampled_from(["Attempts", "LastError"]), texts),
+)
+
+
+@settings(max_examples=2000, deadline=None)
+@given(message_values)
+def test_any_message_written_by_c_is_written_the_same_by_python(msg: Message) -> None:
+    written = _import_speedups().go_encode(msg)
+    assert written is None or written == written_by_python(msg)
+
+
+@settings(max_examples=500, deadline=None)
+@given(message_values)
+def test_a_message_go_could_have_written_is_written_by_c(msg: Message) -> None:
+    shaped = (
+        not msg.extra
+        and 0 <= msg.code < 2**63
+        and all(
+            time is None or (_formats(time) and time.format() >= "0002")
+            for time in (msg.timestamp, msg.queued_at)
+        )
+    )
+    written = _import_speedups().go_encode(msg)
+    assert (written is not None) == shaped
+
+
+def _formats(time: GoTime) -> bool:
+    try:
+        time.format()
+    except ValueError:
+        return False
+    return True
