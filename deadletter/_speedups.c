@@ -26,11 +26,12 @@
 
 static PyObject *message_type;  /* deadletter.messages.Message */
 static PyObject *gotime_type;   /* deadletter.gotime.GoTime */
-static PyObject *set_v;         /* GoTime's `_v` slot setter */
+static PyObject *fields_template; /* Message's attribute names, each None */
 static PyObject *event_codes;   /* {int: EventCode} */
 static PyObject *go_keys;       /* Go's eight field names, in Go's order */
 static PyObject *attributes;    /* Message's nine attribute names, `extra` last */
 static PyObject *dict_name;     /* "__dict__" */
+static PyObject *v_name;        /* "_v", GoTime's one slot */
 static PyObject *format_name;   /* "format" */
 static PyObject *event_code_type; /* deadletter.messages.EventCode */
 
@@ -147,10 +148,18 @@ read_time(PyObject *text, long long *unix_ns, int *offset)
 static PyObject *
 new_time(PyObject *text, long long unix_ns, int offset)
 {
-    PyObject *time, *value, *done;
+    PyObject *time, *value;
+    int failed;
 
-    value = Py_BuildValue("(LiO)", unix_ns, offset, text);
+    value = PyTuple_New(3);
     if (value == NULL) {
+        return NULL;
+    }
+    PyTuple_SET_ITEM(value, 0, PyLong_FromLongLong(unix_ns));
+    PyTuple_SET_ITEM(value, 1, PyLong_FromLong(offset));
+    PyTuple_SET_ITEM(value, 2, Py_NewRef(text));
+    if (PyTuple_GET_ITEM(value, 0) == NULL || PyTuple_GET_ITEM(value, 1) == NULL) {
+        Py_DECREF(value);
         return NULL;
     }
     time = ((PyTypeObject *)gotime_type)->tp_alloc((PyTypeObject *)gotime_type, 0);
@@ -158,13 +167,13 @@ new_time(PyObject *text, long long unix_ns, int offset)
         Py_DECREF(value);
         return NULL;
     }
-    done = PyObject_CallFunctionObjArgs(set_v, time, value, NULL);
+    /* The slot's own descriptor, past GoTime.__setattr__ (which refuses). */
+    failed = PyObject_GenericSetAttr(time, v_name, value);
     Py_DECREF(value);
-    if (done == NULL) {
+    if (failed) {
         Py_DECREF(time);
         return NULL;
     }
-    Py_DECREF(done);
     return time;
 }
 
@@ -280,7 +289,7 @@ go_message(PyObject *module, PyObject *item)
         code = values[7];
     }
     extra = PyDict_New();
-    fields = PyDict_New();
+    fields = PyDict_Copy(fields_template);  /* sized for its keys: no resizing below */
     if (extra == NULL || fields == NULL
         || PyDict_SetItem(fields, PyTuple_GET_ITEM(attributes, 0), timestamp) < 0
         || PyDict_SetItem(fields, PyTuple_GET_ITEM(attributes, 1), queued_at) < 0
@@ -539,19 +548,18 @@ read_go_time(PyObject *module, PyObject *text)
 }
 
 PyDoc_STRVAR(setup_doc,
-"setup(message_type, gotime_type, set_v, event_codes, go_keys, attributes, event_code_type)\n\n"
+"setup(message_type, gotime_type, event_codes, go_keys, attributes, event_code_type)\n\n"
 "The Python objects go_message and go_encode work with; deadletter.codec calls it once.");
 
 static PyObject *
 setup(PyObject *module, PyObject *args)
 {
-    PyObject *new_message, *new_gotime, *new_set_v, *new_codes, *new_keys, *new_attributes;
-    PyObject *new_event_code;
+    PyObject *new_message, *new_gotime, *new_codes, *new_keys, *new_attributes;
+    PyObject *new_event_code, *new_template;
 
-    if (!PyArg_ParseTuple(args, "O!O!OO!O!O!O!:setup", &PyType_Type, &new_message, &PyType_Type,
-                          &new_gotime, &new_set_v, &PyDict_Type, &new_codes, &PyTuple_Type,
-                          &new_keys, &PyTuple_Type, &new_attributes, &PyType_Type,
-                          &new_event_code)) {
+    if (!PyArg_ParseTuple(args, "O!O!O!O!O!O!:setup", &PyType_Type, &new_message, &PyType_Type,
+                          &new_gotime, &PyDict_Type, &new_codes, &PyTuple_Type, &new_keys,
+                          &PyTuple_Type, &new_attributes, &PyType_Type, &new_event_code)) {
         return NULL;
     }
     if (PyTuple_GET_SIZE(new_keys) != FIELD_COUNT
@@ -566,13 +574,19 @@ setup(PyObject *module, PyObject *args)
             return NULL;
         }
     }
-    if (!PyCallable_Check(new_set_v)) {
-        PyErr_SetString(PyExc_TypeError, "set_v must be callable");
+    new_template = PyDict_New();
+    if (new_template == NULL) {
         return NULL;
     }
+    for (Py_ssize_t i = 0; i < FIELD_COUNT + 1; i++) {
+        if (PyDict_SetItem(new_template, PyTuple_GET_ITEM(new_attributes, i), Py_None) < 0) {
+            Py_DECREF(new_template);
+            return NULL;
+        }
+    }
+    Py_XSETREF(fields_template, new_template);
     Py_XSETREF(message_type, Py_NewRef(new_message));
     Py_XSETREF(gotime_type, Py_NewRef(new_gotime));
-    Py_XSETREF(set_v, Py_NewRef(new_set_v));
     Py_XSETREF(event_codes, Py_NewRef(new_codes));
     Py_XSETREF(go_keys, Py_NewRef(new_keys));
     Py_XSETREF(attributes, Py_NewRef(new_attributes));
@@ -605,7 +619,8 @@ PyInit__speedups(void)
 {
     dict_name = PyUnicode_InternFromString("__dict__");
     format_name = PyUnicode_InternFromString("format");
-    if (dict_name == NULL || format_name == NULL) {
+    v_name = PyUnicode_InternFromString("_v");
+    if (dict_name == NULL || format_name == NULL || v_name == NULL) {
         return NULL;
     }
     return PyModule_Create(&speedups_module);

@@ -9,7 +9,6 @@ def read_go_time(text: Any, /) -> tuple[int, int] | None: ...
 def setup(
     message_type: type[Message],
     gotime_type: type[GoTime],
-    set_v: Any,
     event_codes: dict[int, Any],
     go_keys: tuple[str, ...],
     attributes: tuple[str, ...],

@@ -110,7 +110,7 @@ def _load_speedups() -> Any:
     except ImportError:
         return None
     attributes = tuple(field.name for field in dataclasses.fields(Message))
-    _speedups.setup(Message, GoTime, _set_v, _EVENT_CODES, _GO_KEYS, attributes, EventCode)
+    _speedups.setup(Message, GoTime, _EVENT_CODES, _GO_KEYS, attributes, EventCode)
     return _speedups
 
 

@@ -265,11 +265,11 @@ def test_the_python_code_alone_reads_every_fixture_the_same(
 @pytest.mark.parametrize(
     ("arguments", "error"),
     [
-        ((Message, GoTime, len, {}, ("a",) * 7, ("a",) * 9, EventCode), ValueError),
-        ((Message, GoTime, len, {}, (1,) * 8, ("a",) * 9, EventCode), TypeError),
-        ((Message, GoTime, "not callable", {}, ("a",) * 8, ("a",) * 9, EventCode), TypeError),
-        (("Message", GoTime, len, {}, ("a",) * 8, ("a",) * 9, EventCode), TypeError),
-        ((Message, GoTime, len, {}, ("a",) * 8, ("a",) * 9, "EventCode"), TypeError),
+        ((Message, GoTime, {}, ("a",) * 7, ("a",) * 9, EventCode), ValueError),
+        ((Message, GoTime, {}, (1,) * 8, ("a",) * 9, EventCode), TypeError),
+        ((Message, GoTime, [], ("a",) * 8, ("a",) * 9, EventCode), TypeError),
+        (("Message", GoTime, {}, ("a",) * 8, ("a",) * 9, EventCode), TypeError),
+        ((Message, GoTime, {}, ("a",) * 8, ("a",) * 9, "EventCode"), TypeError),
     ],
 )
 def test_setup_refuses_what_go_message_cannot_build_with(
