@@ -218,6 +218,17 @@ is_text_list(PyObject *raw)
     return 1;
 }
 
+/* Whether `text` is a str equal to `ascii`, an ASCII str (Go's field names). */
+static int
+same_ascii(PyObject *text, PyObject *ascii)
+{
+    Py_ssize_t size = PyUnicode_GET_LENGTH(ascii);
+
+    return PyUnicode_CheckExact(text) && PyUnicode_IS_ASCII(text)
+           && PyUnicode_GET_LENGTH(text) == size
+           && memcmp(PyUnicode_DATA(text), PyUnicode_DATA(ascii), (size_t)size) == 0;
+}
+
 static int
 is_configured(void)
 {
@@ -250,8 +261,7 @@ go_message(PyObject *module, PyObject *item)
     }
     while (PyDict_Next(item, &position, &key, &value)) {
         expected = PyTuple_GET_ITEM(go_keys, index);
-        if (key != expected
-            && (!PyUnicode_CheckExact(key) || PyUnicode_Compare(key, expected) != 0)) {
+        if (key != expected && !same_ascii(key, expected)) {
             Py_RETURN_NONE;
         }
         values[index++] = value;
@@ -568,9 +578,10 @@ setup(PyObject *module, PyObject *args)
         return NULL;
     }
     for (Py_ssize_t i = 0; i < FIELD_COUNT + 1; i++) {
-        if ((i < FIELD_COUNT && !PyUnicode_CheckExact(PyTuple_GET_ITEM(new_keys, i)))
+        if ((i < FIELD_COUNT && (!PyUnicode_CheckExact(PyTuple_GET_ITEM(new_keys, i))
+                                 || !PyUnicode_IS_ASCII(PyTuple_GET_ITEM(new_keys, i))))
             || !PyUnicode_CheckExact(PyTuple_GET_ITEM(new_attributes, i))) {
-            PyErr_SetString(PyExc_TypeError, "field names must be str");
+            PyErr_SetString(PyExc_TypeError, "field names must be str, Go's ASCII");
             return NULL;
         }
     }

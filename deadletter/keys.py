@@ -35,6 +35,10 @@ __all__ = [
 ]
 
 SEPARATOR = b"\x00"
+# The separator as the int `bytes` hold: `NUL in key` with a bytes operand
+# first tries the operand as an int and builds a TypeError (0.6 us a call);
+# with this it is a plain byte search.
+NUL = 0
 MAX_QUEUE_NAME_BYTES = 255
 _U64 = 1 << 64
 _SUFFIX_LEN = 16
@@ -77,7 +81,7 @@ def parse_key(key: bytes) -> ParsedKey:
     """Split a per-message key; a `ValueError` for a legacy or malformed key."""
     key = bytes(key)
     sep = len(key) - _SUFFIX_LEN - 1
-    if sep < 1 or key[sep] != 0 or SEPARATOR in key[:sep]:
+    if sep < 1 or key[sep] != NUL or NUL in key[:sep]:
         raise ValueError(f"not a per-message key: {key.hex()}")
     try:
         queue = key[:sep].decode("utf-8")
@@ -92,7 +96,7 @@ def parse_key(key: bytes) -> ParsedKey:
 
 def is_legacy_key(key: bytes) -> bool:
     """A bare queue name (no separator) is an older release's whole-queue aggregate row."""
-    return SEPARATOR not in key
+    return NUL not in key
 
 
 def queue_of(key: bytes) -> str:

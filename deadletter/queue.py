@@ -168,7 +168,7 @@ def iter_failed_msgs(queue: str, batch_size: int = 1000) -> Iterator[Queued]:
     prefix = low
     connection = sql.connection()
     max_age_ns = _max_age_ns()
-    decode_single, separator, new_queued = codec.decode_single, keys.SEPARATOR, tuple.__new__
+    decode_single, separator, new_queued = codec.decode_single, keys.NUL, tuple.__new__
     after, inclusive = low, True
     rereads: dict[bytes, int] = {}
     while True:
