@@ -145,16 +145,17 @@ class KeyGenerator:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._reset()
+        # A forked child must not continue its parent's counter (both would
+        # issue the same keys); asking `getpid` on every key costs a syscall.
+        os.register_at_fork(after_in_child=self._reset)
 
     def _reset(self) -> None:
-        self._pid = os.getpid()
+        self._lock = threading.Lock()
         self._last_ns = 0
         self._seq = secrets.randbelow(1 << 62)
 
     def next(self, queue: str | bytes, now_ns: int | None = None) -> bytes:
         with self._lock:
-            if self._pid != os.getpid():
-                self._reset()
             now = time.time_ns() if now_ns is None else now_ns
             self._last_ns = max(self._last_ns, now)
             self._seq = (self._seq + _SEQ_STRIDE) % _U64

@@ -37,21 +37,24 @@ def write(connection: BaseDatabaseWrapper, sql: str, params: Any) -> int:
     failed statement does not poison it; in its own autocommit otherwise.
 
     The autocommit path goes straight to the driver's connection (errors
-    still mapped to Django's): Django's cursor wrapper and placeholder
-    rewriting cost as much as the INSERT itself on SQLite.
+    still mapped to Django's, once there is one to map): Django's cursor
+    wrapper and placeholder rewriting cost as much as the INSERT itself on
+    SQLite.
     """
     if connection.in_atomic_block:
         with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
             cursor.execute(sql, params)
             return cursor.rowcount
     connection.ensure_connection()
-    with connection.wrap_database_errors:
-        cursor = connection.connection.cursor()
-        try:
-            cursor.execute(_driver_sql(connection.vendor, sql), params)
-            return cursor.rowcount
-        finally:
-            cursor.close()
+    cursor = connection.connection.cursor()
+    try:
+        cursor.execute(_driver_sql(connection.vendor, sql), params)
+        return cursor.rowcount
+    except Exception:
+        with connection.wrap_database_errors:
+            raise
+    finally:
+        cursor.close()
 
 
 def read(connection: BaseDatabaseWrapper, sql: str, params: Any) -> list[tuple[Any, ...]]:

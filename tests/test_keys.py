@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 import threading
 
 import pytest
@@ -98,3 +99,21 @@ def test_written_at_reads_the_time_from_a_per_message_key() -> None:
 
 def test_written_at_of_a_legacy_key_is_none() -> None:
     assert keys.written_at(b"discord-queue") is None
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
+def test_a_forked_child_does_not_continue_its_parents_counter() -> None:
+    read_end, write_end = os.pipe()
+    before = keys.parse_key(keys.new_key("q")).seq
+    pid = os.fork()
+    if pid == 0:  # the child: report its first key's seq, then leave at once
+        os.write(write_end, keys.parse_key(keys.new_key("q")).seq.to_bytes(8, "big"))
+        os._exit(0)
+    os.close(write_end)
+    child_seq = int.from_bytes(os.read(read_end, 8), "big")
+    os.close(read_end)
+    os.waitpid(pid, 0)
+    parent_next = keys.parse_key(keys.new_key("q")).seq
+    assert parent_next == before + 2**16
+    assert child_seq != parent_next  # a fresh random start, not the parent's next seq

@@ -27,6 +27,15 @@ def test_write_outside_a_transaction_commits_at_once() -> None:
     assert sql.read(connection, f"SELECT value FROM {sql.TABLE}", ()) == [(b"\x80",)]
 
 
+def test_a_failed_write_outside_a_transaction_raises_djangos_error_and_leaves_no_cursor() -> None:
+    key = keys.new_key("q")
+    sql.write(connection, INSERT, (key, b""))
+    with pytest.raises(IntegrityError):
+        sql.write(connection, INSERT, (key, b""))
+    assert sql.write(connection, INSERT, (keys.new_key("q"), b"")) == 1
+    assert QueuedMessage.objects.count() == 2
+
+
 def test_after_commit_waits_for_the_commit() -> None:
     signal = Signal()
     seen: list[str] = []
