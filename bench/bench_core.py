@@ -24,7 +24,7 @@ from _setup import REPO, django_on_fresh_sqlite, raw_connection, rss_bytes
 
 ROWS = int(os.environ.get("BENCH_ROWS", "1000000"))
 OPS = 3000
-ROUNDS = 5
+ROUNDS = 9
 SCAN_ROUNDS = 6
 
 
