@@ -26,7 +26,15 @@ from deadletter.gotime import GoTime, _canonical, _set_v, from_go_text
 from deadletter.gotime import read_go_text as _read_go_text
 from deadletter.messages import EventCode, Message
 
-__all__ = ["CodecError", "decode", "decode_single", "encode", "encode_one", "iter_decode"]
+__all__ = [
+    "CodecError",
+    "count_messages",
+    "decode",
+    "decode_single",
+    "encode",
+    "encode_one",
+    "iter_decode",
+]
 
 
 class CodecError(DeadletterError, ValueError):
@@ -180,6 +188,23 @@ def iter_decode(value: bytes) -> Iterator[Message]:
     if count == 0:
         return iter(())
     return _iter_items(value, count, start)
+
+
+def count_messages(value: bytes) -> int:
+    """How many messages `value` holds, read off its array head without decoding them.
+
+    An indefinite-length array says no count: it is read through, message by
+    message. A head that promises more than the bytes hold, or no array at
+    all, raises `CodecError`; a message that does not decode is found only
+    when it is read (`iter_decode`).
+    """
+    if not value:
+        return 0
+    value = _without_self_described_prefix(bytes(value))
+    count, _ = _array_head(value)
+    if count == _INDEFINITE:
+        return sum(1 for _ in iter_decode(value))
+    return count
 
 
 def _iter_items(value: bytes, count: int, start: int) -> Iterator[Message]:

@@ -49,7 +49,9 @@ def split_legacy_row(
     they get keys just below the first such row, in list order. The aggregate
     is deleted in the same transaction that stores its messages: a crash
     leaves either the aggregate or all of its rows. The blob is decoded item
-    by item and written in batches, so memory stays bounded by the blob.
+    by item, once, and written in batches, so memory stays bounded by the
+    blob; the count comes from its array head, and a message that does not
+    decode rolls back what was written before it.
     Used by `fetch_failed_msgs` and by the data migration alike; the rows
     themselves come from `legacy_message_rows`, which the kv import and
     export share.
@@ -59,7 +61,7 @@ def split_legacy_row(
     """
     quoted = sql.quoted(connection, table)
     queue = prefix.decode("utf-8", errors="replace")
-    count = sum(1 for _ in codec.iter_decode(value))
+    count = codec.count_messages(value)
     stored = 0
     with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
         # The length, not the bytes, tells whether the row is still the one read:

@@ -970,3 +970,29 @@ def test_decode_single_leaves_other_shapes_to_decode(value: bytes) -> None:
 def test_decode_single_refuses_a_corrupt_row() -> None:
     with pytest.raises(codec_module.CodecError):
         codec_module.decode_single(b"\x81\xa8garbage")
+
+
+# --- counting without decoding --------------------------------------------------------------
+
+
+def test_count_messages_reads_the_array_head() -> None:
+    assert codec_module.count_messages(encode([Message(subject=str(i)) for i in range(30)])) == 30
+    assert codec_module.count_messages(b"") == 0
+    assert codec_module.count_messages(b"\xf6") == 0
+
+
+def test_count_messages_does_not_decode_the_messages() -> None:
+    assert codec_module.count_messages(b"\x82\xa1\x01\xa1") == 2  # both maps are broken
+
+
+def test_count_messages_reads_an_indefinite_array_through() -> None:
+    value = b"\x9f" + encode([Message(), Message()])[1:] + b"\xff"
+    assert codec_module.count_messages(value) == 2
+    with pytest.raises(CodecError):
+        codec_module.count_messages(b"\x9f" + encode([Message()])[1:])
+
+
+@pytest.mark.parametrize("value", [b"\xa1", b"\x83\xa1", b"\x9a\xff\xff\xff\xff"])
+def test_count_messages_refuses_what_is_no_message_array(value: bytes) -> None:
+    with pytest.raises(CodecError):
+        codec_module.count_messages(value)

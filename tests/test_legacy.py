@@ -51,3 +51,16 @@ def test_fold_then_split_gives_back_the_same_messages_in_order() -> None:
     assert legacy.split_legacy_rows(connection, TABLE) == (1, 3)
     values = QueuedMessage.objects.order_by("key").values_list("value", flat=True)
     assert [codec.decode(bytes(v))[0].subject for v in values] == ["one", "two", "three"]
+
+
+def cut_short_after(*subjects: str) -> bytes:
+    """An aggregate whose head promises one message more than it holds whole."""
+    blob = aggregate(*subjects)
+    return bytes([blob[0] + 1]) + blob[1:] + b"\xa1"
+
+
+def test_a_message_that_does_not_decode_rolls_back_the_whole_split() -> None:
+    QueuedMessage.objects.create(key=b"q", value=cut_short_after("a", "b"))
+    with pytest.raises(codec.CodecError):
+        legacy.split_legacy_row(connection, TABLE, b"q", cut_short_after("a", "b"), now_ns=10**18)
+    assert list(QueuedMessage.objects.values_list("key", flat=True)) == [b"q"]

@@ -233,6 +233,14 @@ def test_corrupt_legacy_row_is_dropped_without_raising(clock) -> None:
     assert b"q" not in row_keys()
 
 
+def test_legacy_row_corrupt_after_good_messages_is_dropped_with_none_of_them(clock) -> None:
+    good = codec.encode([msg("old one"), msg("old two")])
+    QueuedMessage.objects.create(key=b"q", value=bytes([good[0] + 1]) + good[1:] + b"\xa1")
+    store_failed_msgs("q", msg("fine"))
+    assert subjects(fetch_failed_msgs("q")) == ["fine"]
+    assert len(row_keys()) == 1
+
+
 def test_empty_row_is_deleted(clock) -> None:
     QueuedMessage.objects.create(key=keys.new_key("q"), value=b"")
     assert fetch_failed_msgs("q") == []
