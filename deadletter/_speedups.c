@@ -482,18 +482,21 @@ go_encode(PyObject *module, PyObject *msg)
             goto done;
         }
     }
-    if (PyLong_Check(values[7]) && !PyBool_Check(values[7])
+    /* The times first: `format` is Python code, during which another thread
+     * could change a list. From the checks below to the last byte written,
+     * no Python code runs, so what was checked is what gets written. */
+    shaped = wire_time(values[0], &times[0]) && wire_time(values[1], &times[1]);
+    if (shaped && PyLong_Check(values[7]) && !PyBool_Check(values[7])
         && (PyLong_CheckExact(values[7]) || Py_TYPE(values[7]) == (PyTypeObject *)event_code_type)) {
         code = PyLong_AsLongLongAndOverflow(values[7], &overflow);
         if (code == -1 && PyErr_Occurred()) {
             goto done;
         }
     }
-    shaped = code >= 0 && !overflow && text_utf8(values[2]) && text_utf8(values[3])
+    shaped = shaped && code >= 0 && !overflow && text_utf8(values[2]) && text_utf8(values[3])
              && is_utf8_text_list(values[4]) && is_utf8_text_list(values[5])
              && is_utf8_text_list(values[6]) && PyDict_CheckExact(values[8])
-             && PyDict_GET_SIZE(values[8]) == 0 && wire_time(values[0], &times[0])
-             && wire_time(values[1], &times[1]);
+             && PyDict_GET_SIZE(values[8]) == 0;
     if (!shaped) {
         result = Py_NewRef(Py_None);
         goto done;
