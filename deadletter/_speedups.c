@@ -199,19 +199,25 @@ read_time_field(PyObject *raw, PyObject **result)
 }
 
 static int
-is_text_list(PyObject *raw)
+is_str(PyObject *item)
 {
-    Py_ssize_t i, size;
+    return PyUnicode_CheckExact(item);
+}
 
-    if (raw == Py_None) {
+/* None (Go's nil list), or a list whose every item passes `check`. */
+static int
+is_list_of(PyObject *list, int (*check)(PyObject *))
+{
+    Py_ssize_t i;
+
+    if (list == Py_None) {
         return 1;
     }
-    if (!PyList_CheckExact(raw)) {
+    if (!PyList_CheckExact(list)) {
         return 0;
     }
-    size = PyList_GET_SIZE(raw);
-    for (i = 0; i < size; i++) {
-        if (!PyUnicode_CheckExact(PyList_GET_ITEM(raw, i))) {
+    for (i = 0; i < PyList_GET_SIZE(list); i++) {
+        if (!check(PyList_GET_ITEM(list, i))) {
             return 0;
         }
     }
@@ -267,7 +273,8 @@ go_message(PyObject *module, PyObject *item)
         values[index++] = value;
     }
     if (!PyUnicode_CheckExact(values[2]) || !PyUnicode_CheckExact(values[3])
-        || !is_text_list(values[4]) || !is_text_list(values[5]) || !is_text_list(values[6])
+        || !is_list_of(values[4], is_str) || !is_list_of(values[5], is_str)
+        || !is_list_of(values[6], is_str)
         || !PyLong_CheckExact(values[7])) {
         Py_RETURN_NONE;
     }
@@ -405,25 +412,6 @@ text_utf8(PyObject *text)
     return 1;
 }
 
-static int
-is_utf8_text_list(PyObject *list)
-{
-    Py_ssize_t i;
-
-    if (list == Py_None) {
-        return 1;
-    }
-    if (!PyList_CheckExact(list)) {
-        return 0;
-    }
-    for (i = 0; i < PyList_GET_SIZE(list); i++) {
-        if (!text_utf8(PyList_GET_ITEM(list, i))) {
-            return 0;
-        }
-    }
-    return 1;
-}
-
 /* The text Go writes for a GoTime, in *text (a new reference), or NULL for
  * None. Returns 0 when the Python encoder must judge the value: anything but
  * None or a GoTime, a time whose text fails, or one that may be Go's zero
@@ -494,8 +482,8 @@ go_encode(PyObject *module, PyObject *msg)
         }
     }
     shaped = shaped && code >= 0 && !overflow && text_utf8(values[2]) && text_utf8(values[3])
-             && is_utf8_text_list(values[4]) && is_utf8_text_list(values[5])
-             && is_utf8_text_list(values[6]) && PyDict_CheckExact(values[8])
+             && is_list_of(values[4], text_utf8) && is_list_of(values[5], text_utf8)
+             && is_list_of(values[6], text_utf8) && PyDict_CheckExact(values[8])
              && PyDict_GET_SIZE(values[8]) == 0;
     if (!shaped) {
         result = Py_NewRef(Py_None);

@@ -153,12 +153,7 @@ def decode_single(value: bytes) -> Message | None:
     shape, which `decode` then reads: the scan's fast path, one call a row."""
     if type(value) is not bytes or len(value) < 2 or value[0] != 0x81:
         return None
-    item = _load_items(value)[0]
-    if _go_message is not None:
-        msg = _go_message(item)
-        if msg is not None:
-            return msg
-    return _message(item, 0)
+    return _message_of(_load_items(value)[0], 0)
 
 
 def _load_items(value: bytes) -> Any:

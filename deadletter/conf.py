@@ -3,7 +3,9 @@
 The store path asks for the queue's database alias on every call: looking it
 up in Django's lazy settings each time cost a fifth of a store. Values are
 cached for the settings object in place and forgotten when another takes its
-place (`override_settings`) or a setting changes (`setting_changed`).
+place, as every `override_settings` (and pytest-django's `settings` fixture)
+does; settings changed in place at run time, which Django does not support,
+are not seen.
 """
 
 from __future__ import annotations
@@ -12,9 +14,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.core.signals import setting_changed
 from django.db import DEFAULT_DB_ALIAS
-from django.dispatch import receiver
 
 DEFAULT_MAX_QUEUE_AGE = timedelta(days=30)
 
@@ -29,9 +29,6 @@ _cached_from: list[Any] = [None]
 
 
 def _read(name: str) -> Any:
-    # Every `override_settings` (and pytest-django's `settings` fixture, which
-    # sends no signal when it deletes a setting) puts a new settings object in
-    # place: values cached from another one are stale.
     source = settings.__dict__["_wrapped"]
     if source is not _cached_from[0]:
         _cache.clear()
@@ -41,12 +38,6 @@ def _read(name: str) -> Any:
     except KeyError:
         value = _cache[name] = getattr(settings, f"DEADLETTER_{name}", _DEFAULTS[name])
         return value
-
-
-@receiver(setting_changed)
-def _forget(*, setting: str, **kwargs: Any) -> None:
-    if setting.startswith("DEADLETTER_"):
-        _cache.clear()
 
 
 class Settings:

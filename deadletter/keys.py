@@ -143,13 +143,13 @@ class KeyGenerator:
     """
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
         self._reset()
         # A forked child must not continue its parent's counter (both would
         # issue the same keys); asking `getpid` on every key costs a syscall.
         os.register_at_fork(after_in_child=self._reset)
 
     def _reset(self) -> None:
+        # New in a forked child too: the parent's lock may have been held at the fork.
         self._lock = threading.Lock()
         self._last_ns = 0
         self._seq = secrets.randbelow(1 << 62)
