@@ -3,12 +3,16 @@ tests and the PostgreSQL scale-out tests."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
 import subprocess
 import sys
+import threading
 import time
+from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +67,8 @@ class Drain:
         **extra: str,
     ) -> None:
         self.record = tmp / "record.txt"
+        self.in_hand = tmp / "in-hand"
+        self.gate = tmp / "gate"
         self.stderr = tmp / f"stderr-{time.monotonic_ns()}.txt"
         self.stdout = tmp / f"stdout-{time.monotonic_ns()}.txt"
         settings_module = f"drain_settings_{handler}"
@@ -88,6 +94,19 @@ class Drain:
                 stderr=err,
             )
 
+    @classmethod
+    def gated(cls, env: dict[str, str], tmp: Path, *args: str, **extra: str) -> Drain:
+        """A drain whose handler writes each message it takes to `in_hand`, then
+        waits for `gate` to exist before it delivers."""
+        return cls(
+            env,
+            tmp,
+            *args,
+            DRAIN_IN_HAND=str(tmp / "in-hand"),
+            DRAIN_GATE=str(tmp / "gate"),
+            **extra,
+        )
+
     def summary(self) -> dict[str, Any]:
         """The `--format json` summary (the first line of stdout)."""
         return json.loads(self.stdout.read_text().splitlines()[0])
@@ -110,3 +129,44 @@ def recorded(path: Path) -> list[str]:
     if not path.exists():
         return []
     return [line.split(" ", 1)[1] for line in path.read_text().splitlines() if " " in line]
+
+
+def assert_only_messages_in_hand_were_delivered_twice(
+    deliveries: Counter[str], in_hand_at_kill: Counter[str]
+) -> None:
+    """At least once, and a second time only for a message a kill caught in hand."""
+    duplicates = {d: n - 1 for d, n in deliveries.items() if n > 1}
+    assert all(extra <= in_hand_at_kill[d] for d, extra in duplicates.items()), (
+        duplicates,
+        in_hand_at_kill,
+    )
+
+
+@contextlib.contextmanager
+def claim_held_by_another_thread(queue: str) -> Iterator[bytes]:
+    """The first row of `queue` claimed by another thread, as another worker
+    would, until the block ends; yields the claimed key."""
+    from django.db import connections
+
+    from deadletter.queue import claiming
+
+    held, release = threading.Event(), threading.Event()
+    claimed: list[bytes] = []
+
+    def hold() -> None:
+        try:
+            with claiming(queue) as item:
+                claimed.append(item.key)
+                held.set()
+                release.wait(30)
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    assert held.wait(30)
+    try:
+        yield claimed[0]
+    finally:
+        release.set()
+        thread.join()

@@ -15,6 +15,7 @@ from deadletter.gotime import GoTime
 from deadletter.messages import Message
 from deadletter.models import QueuedMessage
 from deadletter.queue import store_failed_msgs
+from tests.test_kvfile import kv_rows
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -30,14 +31,6 @@ def run(*args: str) -> str:
 
 def park(queue: str, subject: str) -> bytes:
     return store_failed_msgs(queue, Message(subject=subject, queued_at=QUEUED))
-
-
-def kv_rows(path: Path) -> list[tuple[bytes, bytes, int | None]]:
-    conn = sqlite3.connect(path)
-    try:
-        return conn.execute("SELECT key, value, expires_at FROM kv ORDER BY key").fetchall()
-    finally:
-        conn.close()
 
 
 def table_rows() -> list[tuple[bytes, bytes]]:

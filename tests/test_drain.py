@@ -25,13 +25,13 @@ from deadletter.drain import (
 from deadletter.messages import Message
 from deadletter.models import QueuedMessage
 from deadletter.queue import (
-    claiming,
     fetch_failed_msgs,
     preview_failed_msgs,
     replace_msg,
     sqlite_file,
     store_failed_msgs,
 )
+from tests.drain_harness import claim_held_by_another_thread
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -532,24 +532,8 @@ def test_redeliver_leaves_a_row_another_drain_holds(settings: Any) -> None:
     if connection.vendor != "postgresql":
         pytest.skip("PostgreSQL claims rows")
     (key,) = park("held")
-    held, release = threading.Event(), threading.Event()
-
-    def hold() -> None:
-        try:
-            with claiming("q"):
-                held.set()
-                release.wait(30)
-        finally:
-            connections.close_all()
-
-    thread = threading.Thread(target=hold)
-    thread.start()
-    assert held.wait(30)
-    try:
+    with claim_held_by_another_thread("q"):
         report = redeliver([key])
-    finally:
-        release.set()
-        thread.join()
     assert (report.handled, calls) == (0, [])
 
 

@@ -8,7 +8,6 @@ import random
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections import Counter
 from datetime import UTC, datetime, timedelta
@@ -16,14 +15,20 @@ from pathlib import Path
 
 import psutil
 import pytest
-from django.db import connection, connections
+from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from deadletter import codec, keys, queue
 from deadletter.messages import Message
 from deadletter.models import QueuedMessage
 from deadletter.queue import claim_failed_msg, claiming, fetch_failed_msgs
-from tests.drain_harness import REPO, Drain, recorded
+from tests.drain_harness import (
+    REPO,
+    Drain,
+    assert_only_messages_in_hand_were_delivered_twice,
+    claim_held_by_another_thread,
+    recorded,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -60,28 +65,9 @@ def remaining(queue: str = "q") -> int:
 
 def test_a_claimed_row_is_skipped_by_every_other_claim(postgres: None) -> None:
     bulk_park("q", 2)
-    held, release = threading.Event(), threading.Event()
-    first: list[bytes] = []
-
-    def hold() -> None:
-        try:
-            with claiming("q") as item:
-                first.append(item.key)
-                held.set()
-                release.wait(30)
-        finally:
-            connections.close_all()
-
-    thread = threading.Thread(target=hold)
-    thread.start()
-    assert held.wait(30)
-    try:
-        with claiming("q") as item:
-            second = item.key
-    finally:
-        release.set()
-        thread.join()
-    assert second != first[0]
+    with claim_held_by_another_thread("q") as first, claiming("q") as item:
+        second = item.key
+    assert second != first
 
 
 def test_a_claim_rolled_back_releases_the_row_untouched(postgres: None) -> None:
@@ -215,11 +201,7 @@ def test_workers_killed_at_random_points_lose_nothing_and_duplicate_only_message
     deliveries = Counter(recorded(record))
     assert remaining() == 0
     assert set(deliveries) == expected
-    duplicates = {d: n - 1 for d, n in deliveries.items() if n > 1}
-    assert all(extra <= in_hand_at_kill[d] for d, extra in duplicates.items()), (
-        duplicates,
-        in_hand_at_kill,
-    )
+    assert_only_messages_in_hand_were_delivered_twice(deliveries, in_hand_at_kill)
 
 
 @pytest.mark.slow
@@ -258,19 +240,11 @@ def test_first_sigterm_to_a_workers_drain_lets_each_worker_finish_its_message(
     postgres: None, subprocess_env: dict[str, str], tmp_path: Path
 ) -> None:
     bulk_park("q", 20)
-    in_hand, gate = tmp_path / "in-hand", tmp_path / "gate"
-    drain = Drain(
-        subprocess_env,
-        tmp_path,
-        "--workers",
-        "2",
-        DRAIN_IN_HAND=str(in_hand),
-        DRAIN_GATE=str(gate),
-    )
-    drain.wait_for(lambda: in_hand.exists() and len(in_hand.read_text().split()) == 2)
+    drain = Drain.gated(subprocess_env, tmp_path, "--workers", "2")
+    drain.wait_for(lambda: drain.in_hand.exists() and len(drain.in_hand.read_text().split()) == 2)
     drain.proc.send_signal(signal.SIGTERM)
     drain.wait_for(lambda: drain.output().count("stopping after the message in hand") == 3)
-    gate.touch()
+    drain.gate.touch()
     assert drain.wait() == 0
     assert len(recorded(drain.record)) == 2
     assert remaining() == 18
@@ -282,16 +256,8 @@ def test_second_sigterm_to_a_workers_drain_stops_at_once_leaving_rows_queued(
     postgres: None, subprocess_env: dict[str, str], tmp_path: Path
 ) -> None:
     bulk_park("q", 20)
-    in_hand, gate = tmp_path / "in-hand", tmp_path / "gate"
-    drain = Drain(
-        subprocess_env,
-        tmp_path,
-        "--workers",
-        "2",
-        DRAIN_IN_HAND=str(in_hand),
-        DRAIN_GATE=str(gate),
-    )
-    drain.wait_for(in_hand.exists)
+    drain = Drain.gated(subprocess_env, tmp_path, "--workers", "2")
+    drain.wait_for(drain.in_hand.exists)
     drain.proc.send_signal(signal.SIGTERM)
     drain.wait_for(lambda: "stopping after the message in hand" in drain.output())
     drain.proc.send_signal(signal.SIGTERM)
