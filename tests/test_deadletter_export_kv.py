@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import sqlite3
 import subprocess
 import sys
 from io import StringIO
@@ -15,7 +14,7 @@ from deadletter.gotime import GoTime
 from deadletter.messages import Message
 from deadletter.models import QueuedMessage
 from deadletter.queue import store_failed_msgs
-from tests.test_kvfile import kv_rows
+from tests.test_kvfile import kv_rows, sqlite_file
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -83,13 +82,6 @@ def test_export_then_import_round_trips_every_message(tmp_path: Path) -> None:
     assert table_rows() == before
 
 
-def write_kv_with_other_columns(path: Path) -> None:
-    conn = sqlite3.connect(path)
-    conn.execute("CREATE TABLE kv (key BLOB PRIMARY KEY, value TEXT, expires INTEGER)")
-    conn.commit()
-    conn.close()
-
-
 @pytest.mark.parametrize(
     ("target", "prepare", "extra", "message"),
     [
@@ -97,7 +89,14 @@ def write_kv_with_other_columns(path: Path) -> None:
         ("no-such-dir/go.sqlite", None, [], "{path}: cannot write"),
         ("a-file/go.sqlite", "file-parent", [], "{path}: cannot write"),
         ("notes.txt", lambda p: p.write_text("mine"), [], "{path}: not an SQLite database"),
-        ("narrow.sqlite", write_kv_with_other_columns, [], "{path}: table kv has columns"),
+        (
+            "narrow.sqlite",
+            lambda p: sqlite_file(
+                p, "CREATE TABLE kv (key BLOB PRIMARY KEY, value TEXT, expires INTEGER)"
+            ),
+            [],
+            "{path}: table kv has columns",
+        ),
         ("go.sqlite", None, ["--queue", "nope"], "the queue table has no queue named 'nope'"),
     ],
     ids=["directory", "missing dir", "parent is a file", "not sqlite", "other columns", "queue"],

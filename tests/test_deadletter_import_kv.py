@@ -15,6 +15,7 @@ from deadletter import codec, kvfile
 from deadletter.gotime import GoTime
 from deadletter.messages import Message
 from deadletter.models import QueuedMessage
+from tests.test_kvfile import sqlite_file
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -85,20 +86,6 @@ def test_corrupt_rows_show_in_the_table_and_stay_out(tmp_path: Path) -> None:
     assert row_count() == 1
 
 
-def write_kv_with_other_columns(path: Path) -> None:
-    conn = sqlite3.connect(path)
-    conn.execute("CREATE TABLE kv (key BLOB PRIMARY KEY, value BLOB)")
-    conn.commit()
-    conn.close()
-
-
-def write_sqlite_without_kv(path: Path) -> None:
-    conn = sqlite3.connect(path)
-    conn.execute("CREATE TABLE other (x)")
-    conn.commit()
-    conn.close()
-
-
 @pytest.mark.parametrize(
     ("name", "prepare", "extra", "message"),
     [
@@ -110,8 +97,18 @@ def write_sqlite_without_kv(path: Path) -> None:
             [],
             "{path}: not an SQLite database",
         ),
-        ("other.sqlite", write_sqlite_without_kv, [], "{path}: no kv table"),
-        ("narrow.sqlite", write_kv_with_other_columns, [], "{path}: table kv has columns"),
+        (
+            "other.sqlite",
+            lambda p: sqlite_file(p, "CREATE TABLE other (x)"),
+            [],
+            "{path}: no kv table",
+        ),
+        (
+            "narrow.sqlite",
+            lambda p: sqlite_file(p, "CREATE TABLE kv (key BLOB PRIMARY KEY, value BLOB)"),
+            [],
+            "{path}: table kv has columns",
+        ),
         ("go.sqlite", "fixture", ["--queue", "nope"], "{path} has no queue named 'nope'"),
     ],
     ids=["missing", "directory", "not sqlite", "no kv table", "other columns", "unknown queue"],

@@ -275,20 +275,20 @@ def test_messages_already_parked_here_stay_beside_the_imported_ones(tmp_path: Pa
 # --- a file that is not what it should be --------------------------------------
 
 
+def sqlite_file(path: Path, *statements: str) -> Path:
+    """An SQLite file made by `statements`: a file that is not the kv file it should be."""
+    conn = sqlite3.connect(path)
+    for statement in statements:
+        conn.execute(statement)
+    conn.commit()
+    conn.close()
+    return path
+
+
 def write_other_columns(path: Path) -> Path:
-    conn = sqlite3.connect(path)
-    conn.execute("CREATE TABLE kv (key BLOB PRIMARY KEY, value BLOB, expires_at INTEGER, x)")
-    conn.commit()
-    conn.close()
-    return path
-
-
-def write_no_kv_table(path: Path) -> Path:
-    conn = sqlite3.connect(path)
-    conn.execute("CREATE TABLE other (id INTEGER)")
-    conn.commit()
-    conn.close()
-    return path
+    return sqlite_file(
+        path, "CREATE TABLE kv (key BLOB PRIMARY KEY, value BLOB, expires_at INTEGER, x)"
+    )
 
 
 @pytest.mark.parametrize(
@@ -298,7 +298,10 @@ def write_no_kv_table(path: Path) -> Path:
         (lambda p: p, "is a directory"),
         (lambda p: (p / "notes.txt").write_text("hello") and p / "notes.txt", "not an SQLite"),
         (lambda p: (p / "empty").write_bytes(b"") or p / "empty", "not an SQLite"),
-        (lambda p: write_no_kv_table(p / "other.sqlite"), "no kv table"),
+        (
+            lambda p: sqlite_file(p / "other.sqlite", "CREATE TABLE other (id INTEGER)"),
+            "no kv table",
+        ),
         (lambda p: write_other_columns(p / "wide.sqlite"), "columns (key, value, expires_at, x)"),
     ],
     ids=["missing", "directory", "text file", "empty file", "no kv table", "other columns"],
