@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-FIXTURES = REPO.parent / "shared" / "fixtures" / "go-cbor"
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "go-cbor"
 
 
 @pytest.fixture(scope="session")

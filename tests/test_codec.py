@@ -23,7 +23,7 @@ from deadletter.codec import CodecError, decode, encode, encode_one, iter_decode
 from deadletter.gotime import GoTime
 from deadletter.messages import EventCode, Message
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "go-cbor"
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "go-cbor"
 MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())
 REPO = Path(__file__).resolve().parents[1]
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from deadletter.gotime import GoTime, read_go_text
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "go-cbor"
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "go-cbor"
 MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())
 
 NS = 1_000_000_000
