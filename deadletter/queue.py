@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import enum
 import logging
 import time
 from collections.abc import Iterator
@@ -39,12 +40,15 @@ __all__ = [
     "MAX_QUEUE_AGE",
     "Queued",
     "QueueingError",
+    "Removal",
     "adequeue",
     "afetch_failed_msgs",
+    "aremove_msg",
     "astore_failed_msgs",
     "dequeue",
     "fetch_failed_msgs",
     "iter_failed_msgs",
+    "remove_msg",
     "store_failed_msgs",
 ]
 
@@ -126,11 +130,21 @@ def insert_value(
 # --- dequeue ---------------------------------------------------------------
 
 
-def dequeue(key: bytes) -> None:
-    """Delete exactly the row `key`; call it only once the message's outcome is durable.
+class Removal(enum.Enum):
+    """What `remove_msg` did: removed the row, found none, or could not tell the
+    database to (the row then stays and is handed over again later)."""
 
-    Logs and returns on failure: the row then stays, and a later drain hands
-    the message over again (at least once, never lost).
+    REMOVED = "removed"
+    ABSENT = "absent"
+    FAILED = "failed"
+
+
+def remove_msg(key: bytes) -> Removal:
+    """Delete exactly the row `key`, telling "removed", "was not there" and
+    "the database failed" apart (the API answers 204, 404 and 503 on them).
+
+    Never raises for database errors: it logs them and returns `FAILED`.
+    Sends `message_dequeued` once the delete has committed.
     """
     key = bytes(key)
     connection = sql.connection()
@@ -138,9 +152,21 @@ def dequeue(key: bytes) -> None:
         deleted = sql.write(connection, _delete_sql(connection), (key,))
     except DatabaseError:
         logger.exception("dequeue failed key=%s", key.hex())
-        return
-    if deleted:
-        sql.after_commit(connection, signals.message_dequeued, sender=keys.queue_of(key), key=key)
+        return Removal.FAILED
+    if not deleted:
+        return Removal.ABSENT
+    sql.after_commit(connection, signals.message_dequeued, sender=keys.queue_of(key), key=key)
+    return Removal.REMOVED
+
+
+def dequeue(key: bytes) -> bool:
+    """Delete exactly the row `key`; call it only once the message's outcome is durable.
+
+    Returns whether it removed the row. Logs and returns False on failure:
+    the row then stays, and a later drain hands the message over again (at
+    least once, never lost). `remove_msg` tells "absent" from "failed".
+    """
+    return remove_msg(key) is Removal.REMOVED
 
 
 # --- fetch -----------------------------------------------------------------
@@ -665,11 +691,16 @@ async def afetch_failed_msgs(queue: str) -> list[Queued]:
     return await sync_to_async(fetch_failed_msgs)(queue)
 
 
-async def adequeue(key: bytes) -> None:
+async def adequeue(key: bytes) -> bool:
     """`dequeue` that finishes its delete even if the awaiting task is cancelled
     (a shutdown mid-drain must not leave a handled row to be delivered again);
     the cancellation is passed on once the delete is done."""
-    task = asyncio.ensure_future(sync_to_async(dequeue)(key))
+    return await aremove_msg(key) is Removal.REMOVED
+
+
+async def aremove_msg(key: bytes) -> Removal:
+    """`remove_msg` that finishes its delete even if the awaiting task is cancelled."""
+    task = asyncio.ensure_future(sync_to_async(remove_msg)(key))
     cancelled = False
     while not task.done():
         try:
@@ -678,4 +709,4 @@ async def adequeue(key: bytes) -> None:
             cancelled = True
     if cancelled:
         raise asyncio.CancelledError
-    task.result()
+    return task.result()

@@ -17,12 +17,14 @@ from deadletter.queue import (
     MAX_QUEUE_AGE,
     Queued,
     QueueingError,
+    Removal,
     adequeue,
     afetch_failed_msgs,
     astore_failed_msgs,
     dequeue,
     fetch_failed_msgs,
     iter_failed_msgs,
+    remove_msg,
     store_failed_msgs,
 )
 
@@ -118,13 +120,29 @@ def test_dequeue_removes_exactly_the_processed_rows(clock) -> None:
     for name in ("a", "b", "c", "d"):
         store_failed_msgs("q", msg(name))
     fetched = fetch_failed_msgs("q")
-    dequeue(fetched[0].key)
-    dequeue(fetched[2].key)
+    assert dequeue(fetched[0].key) is True
+    assert dequeue(fetched[2].key) is True
     assert subjects(fetch_failed_msgs("q")) == ["b", "d"]
 
 
-def test_dequeue_of_a_missing_row_is_quiet(clock) -> None:
-    dequeue(keys.new_key("q"))
+def test_dequeue_of_a_missing_row_is_quiet_and_says_it_removed_nothing(clock) -> None:
+    assert dequeue(keys.new_key("q")) is False
+
+
+def test_remove_msg_tells_removed_from_absent(clock) -> None:
+    key = store_failed_msgs("q", msg("one"))
+    assert remove_msg(key) is Removal.REMOVED
+    assert remove_msg(key) is Removal.ABSENT
+    assert row_keys() == []
+
+
+def test_remove_msg_with_the_database_unreachable_logs_and_says_failed(
+    unreachable_db, caplog
+) -> None:
+    with caplog.at_level(logging.ERROR, logger="deadletter"):
+        assert remove_msg(keys.new_key("q")) is Removal.FAILED
+        assert dequeue(keys.new_key("q")) is False
+    assert "dequeue failed" in caplog.text
 
 
 def test_queues_never_see_each_others_rows(clock) -> None:
@@ -311,7 +329,8 @@ def test_async_twins_store_fetch_and_dequeue(clock) -> None:
         await astore_failed_msgs("q", msg("one"))
         await astore_failed_msgs("q", msg("two"))
         fetched = await afetch_failed_msgs("q")
-        await adequeue(fetched[0].key)
+        assert await adequeue(fetched[0].key) is True
+        assert await adequeue(fetched[0].key) is False
         left = subjects(await afetch_failed_msgs("q"))
         await sync_to_async(connections.close_all)()
         return left
