@@ -1,4 +1,5 @@
 from django.apps import AppConfig
+from django.conf import settings
 
 
 class DeadletterConfig(AppConfig):
@@ -9,3 +10,9 @@ class DeadletterConfig(AppConfig):
 
     def ready(self) -> None:
         from deadletter import checks  # noqa: F401  (registers the system checks)
+
+        if getattr(settings, "DEADLETTER_CAPTURE_TASKS", False):
+            # The other way to opt in to deadletter.contrib.tasks, without its app entry.
+            from deadletter.contrib.tasks import capture
+
+            capture.install()

@@ -1,0 +1,152 @@
+"""Park every task result that finishes FAILED, from the framework's
+`task_finished` signal, as an ordinary message whose extra keys carry the task.
+
+The receiver runs inside the backend's own error handling (the Immediate
+backend in the caller's thread, a worker in its loop), so it never raises:
+a message it cannot park is logged with the task's id and path.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.apps import apps
+from django.conf import settings
+from django.core import checks
+
+from deadletter import queue
+from deadletter.conf import conf
+from deadletter.contrib.tasks import framework, inflight
+from deadletter.contrib.tasks.checks import check_framework
+from deadletter.drain import ATTEMPTS_KEY, LAST_ERROR_KEY, LAST_ERROR_LIMIT
+from deadletter.messages import Message
+
+__all__ = [
+    "QUEUE_PREFIX",
+    "TASK",
+    "TASK_ARGS",
+    "TASK_BACKEND",
+    "TASK_EXCEPTION",
+    "TASK_KWARGS",
+    "TASK_PRIORITY",
+    "TASK_QUEUE",
+    "TASK_RESULT_ID",
+    "TASK_TRACEBACK",
+    "enabled",
+    "error_line",
+    "install",
+    "message_of",
+    "park",
+    "queue_for",
+]
+
+logger = logging.getLogger("deadletter")
+
+QUEUE_PREFIX = "tasks."
+APP = "deadletter.contrib.tasks"
+SETTING = "DEADLETTER_CAPTURE_TASKS"
+TRACEBACK_LINES = 20
+
+# The extra keys of a parked task (Go-style names, like Attempts and LastError).
+TASK = "Task"
+TASK_ARGS = "TaskArgs"
+TASK_KWARGS = "TaskKwargs"
+TASK_BACKEND = "TaskBackend"
+TASK_QUEUE = "TaskQueue"
+TASK_PRIORITY = "TaskPriority"
+TASK_RESULT_ID = "TaskResultID"
+TASK_EXCEPTION = "TaskException"
+TASK_TRACEBACK = "TaskTraceback"
+
+
+def queue_for(queue_name: str) -> str:
+    return f"{QUEUE_PREFIX}{queue_name}"
+
+
+def enabled() -> bool:
+    """Asked per result, so that the opt-in follows the settings in force."""
+    return apps.is_installed(APP) or bool(getattr(settings, SETTING, False))
+
+
+def install() -> None:
+    """Register the check and connect the receivers (once, however often called)."""
+    checks.register(check_framework, "deadletter")
+    found = framework.find()
+    if found is None:
+        return
+    found.task_enqueued.connect(_on_enqueued, dispatch_uid="deadletter-tasks-enqueued")
+    found.task_finished.connect(_on_finished, dispatch_uid="deadletter-tasks-finished")
+
+
+def _on_enqueued(sender: Any, task_result: Any, **kwargs: Any) -> None:
+    inflight.note_enqueued(str(task_result.id))
+
+
+def _on_finished(sender: Any, task_result: Any, **kwargs: Any) -> None:
+    try:
+        if not enabled() or inflight.is_redriving(str(task_result.id)):
+            return
+        redriven = inflight.take_link(str(task_result.id))
+        if str(task_result.status) == framework.FAILED:
+            park(task_result, redriven)
+    except Exception:
+        logger.exception(
+            "could not park failed task id=%s path=%s",
+            getattr(task_result, "id", "?"),
+            getattr(getattr(task_result, "task", None), "module_path", "?"),
+        )
+
+
+def message_of(result: Any) -> Message:
+    """The message a failed result is parked as; every value is plain JSON."""
+    task = result.task
+    error = result.errors[-1] if result.errors else None
+    lines = error.traceback.rstrip("\n").splitlines() if error else []
+    extra: dict[str, Any] = {
+        TASK: task.module_path,
+        TASK_ARGS: list(result.args),
+        TASK_KWARGS: dict(result.kwargs),
+        TASK_BACKEND: result.backend,
+        TASK_QUEUE: task.queue_name,
+        TASK_PRIORITY: task.priority,
+        TASK_RESULT_ID: str(result.id),
+        TASK_EXCEPTION: error.exception_class_path if error else "",
+        TASK_TRACEBACK: "\n".join(lines[-TRACEBACK_LINES:]),
+        LAST_ERROR_KEY: error_line(result),
+    }
+    return Message(timestamp=result.finished_at, subject=task.module_path, extra=extra)
+
+
+def error_line(result: Any) -> str:
+    """The traceback's last line (`ValueError: boom`), cut to the drain's LastError size."""
+    error = result.errors[-1] if result.errors else None
+    if error is None:
+        return "task failed without an error recorded"
+    lines = error.traceback.strip().splitlines()
+    return (lines[-1] if lines else error.exception_class_path)[:LAST_ERROR_LIMIT]
+
+
+def park(result: Any, redriven: Message | None = None) -> bytes | None:
+    """Park a failed result in `tasks.<queue_name>`; for a redriven one (its
+    link message given) the attempts go up by one and the first-failure time
+    is kept, and at `DEADLETTER_MAX_ATTEMPTS` it is dropped as a drain would."""
+    msg = message_of(result)
+    name = queue_for(result.task.queue_name)
+    if redriven is not None:
+        previous = redriven.extra.get(ATTEMPTS_KEY)
+        attempts = (previous if type(previous) is int and previous > 0 else 0) + 1
+        msg = msg.replace(queued_at=redriven.queued_at, extra={**msg.extra, ATTEMPTS_KEY: attempts})
+        limit = conf.MAX_ATTEMPTS
+        if limit is not None and attempts >= limit:
+            logger.warning(
+                "dropping task after max attempts queue=%s path=%s attempts=%s error=%s",
+                name,
+                result.task.module_path,
+                attempts,
+                msg.extra[LAST_ERROR_KEY],
+            )
+            return None
+    key = queue.store_failed_msgs(name, msg)
+    logger.info("parked failed task queue=%s key=%s path=%s", name, key.hex(), msg.subject)
+    return key

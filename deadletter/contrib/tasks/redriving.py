@@ -1,0 +1,79 @@
+"""The drain handler of parked tasks: enqueue the same task, with the same
+arguments, on the same backend and queue.
+
+Outcomes follow the drain's rules: a task that no longer imports is a
+`PermanentFailure` (dropped with its reason); a backend that ran it at once
+and saw it fail again is an ordinary failure (the row stays, `Attempts`
+raised); a backend that runs it later takes it over, leaving a link so that a
+new failure is counted on this message (see `inflight`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from django.db import transaction
+from django.utils.module_loading import import_string
+
+from deadletter.conf import conf
+from deadletter.contrib.tasks import capture, framework, inflight
+from deadletter.exceptions import PermanentFailure
+from deadletter.messages import Message
+
+__all__ = ["TaskFailed", "TasksUnavailable", "redrive"]
+
+
+class TaskFailed(Exception):
+    """The backend ran the redriven task at once and it failed again."""
+
+
+class TasksUnavailable(Exception):
+    """No Tasks framework is installed: the message stays parked until there is one."""
+
+
+def redrive(msg: Message) -> None:
+    found = framework.find()
+    if found is None:
+        raise TasksUnavailable("neither django.tasks nor the django-tasks backport imports")
+    task, args, kwargs = _task_of(msg, found)
+    runs_here = isinstance(task.get_backend(), found.immediate_backend)
+    with inflight.redriving():
+        # A worker must not see the new task before its link exists: on the
+        # queue's database (usually the tasks' too) both commit together.
+        atomic: Any = contextlib.nullcontext() if runs_here else transaction.atomic(conf.DATABASE)
+        with atomic:
+            result = task.enqueue(*args, **kwargs)
+            if not result.is_finished:
+                inflight.link(str(result.id), msg)
+    if str(result.status) == framework.FAILED:
+        raise TaskFailed(capture.error_line(result))
+
+
+def _task_of(msg: Message, found: framework.Framework) -> tuple[Any, list[Any], dict[str, Any]]:
+    """The task to enqueue and its arguments; `PermanentFailure` when the message
+    can never make one (a path that no longer imports, arguments not a list/dict)."""
+    extra = msg.extra
+    path = extra.get(capture.TASK)
+    if not isinstance(path, str) or not path:
+        raise PermanentFailure(f"message names no task (no {capture.TASK!r} key)")
+    args = extra.get(capture.TASK_ARGS, [])
+    kwargs = extra.get(capture.TASK_KWARGS, {})
+    if not isinstance(args, list) or not isinstance(kwargs, dict):
+        raise PermanentFailure(f"task {path}: arguments are not a list and a dict")
+    try:
+        target = import_string(path)
+    except ImportError as exc:
+        raise PermanentFailure(f"task {path} no longer imports: {exc}") from exc
+    if not isinstance(target, found.task_class):
+        raise PermanentFailure(f"{path} is no longer a task but a {type(target).__name__}")
+    changes: dict[str, Any] = {}
+    for key, option in (
+        (capture.TASK_BACKEND, "backend"),
+        (capture.TASK_QUEUE, "queue_name"),
+        (capture.TASK_PRIORITY, "priority"),
+    ):
+        if extra.get(key) is not None:
+            changes[option] = extra[key]
+    # An unknown backend or queue raises here: a settings mistake, fixed and retried.
+    return target.using(**changes), args, kwargs
