@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import itertools
 import logging
 import os
@@ -267,14 +266,6 @@ def _legacy_anchor(prefix: bytes, value: bytes, first_message_ns: int | None) ->
     return count, max(top_ns, count)
 
 
-def _legacy_seq(prefix: bytes, value: bytes) -> int:
-    """A seq fixed by the aggregate's bytes, so it always splits under the same keys."""
-    digest = hashlib.sha256(prefix)
-    digest.update(keys.SEPARATOR)
-    digest.update(value)
-    return int.from_bytes(digest.digest()[:8], "big")
-
-
 def _destination_rows(
     rows: Iterable[Row],
     counts: QueueCounts,
@@ -298,7 +289,12 @@ def _destination_rows(
             counts.messages += count
             # Decoded a second time while written, one message at a time.
             split = legacy.legacy_message_rows(
-                key, value, count=count, top_ns=top_ns, seq=_legacy_seq(key, value), now_ns=now_ns
+                key,
+                value,
+                count=count,
+                top_ns=top_ns,
+                seq=legacy.split_seq(key, value),
+                now_ns=now_ns,
             )
             for new_key, new_value in split:
                 yield new_key, new_value, 1

@@ -8,9 +8,11 @@ fetch, the data migration and the kv import and export.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 from django.db import transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -26,11 +28,23 @@ __all__ = [
     "legacy_message_rows",
     "split_legacy_row",
     "split_legacy_rows",
+    "split_seq",
 ]
 
 logger = logging.getLogger("deadletter")
 
-_SPLIT_BATCH = 1000
+_SPLIT_BATCH = 1000  # rows per transaction: a few ms of SQLite's write lock
+
+T = TypeVar("T")
+_Item = tuple[int, bytes | None, Message]  # index, encoded row value (None: expired), message
+
+
+def split_seq(prefix: bytes, value: bytes) -> int:
+    """A seq fixed by the aggregate's bytes, so every attempt to split it derives the same keys."""
+    digest = hashlib.sha256(prefix)
+    digest.update(keys.SEPARATOR)
+    digest.update(value)
+    return int.from_bytes(digest.digest()[:8], "big")
 
 
 def split_legacy_row(
@@ -46,57 +60,143 @@ def split_legacy_row(
     per-message rows; returns how many rows it stored.
 
     Its messages are older than any per-message row already in the queue, so
-    they get keys just below the first such row, in list order. The aggregate
-    is deleted in the same transaction that stores its messages: a crash
-    leaves either the aggregate or all of its rows. The blob is decoded item
-    by item, once, and written in batches, so memory stays bounded by the
-    blob; the count comes from its array head, and a message that does not
-    decode rolls back what was written before it.
-    Used by `fetch_failed_msgs` and by the data migration alike; the rows
-    themselves come from `legacy_message_rows`, which the kv import and
-    export share.
+    they get keys just below the first such row, in list order. The work is
+    committed in batches of `_SPLIT_BATCH` rows, each a short transaction, so
+    a concurrent `store_failed_msgs` never waits long for SQLite's write lock;
+    messages are decoded and encoded outside the transactions. The aggregate
+    is deleted with the last batch, only once all of its messages are stored.
 
-    Raises `codec.CodecError` for a corrupt blob (nothing written) and
-    `sql.Conflict` if another reader split it first.
+    Restartable without duplicates: message `i` gets the key
+    `(top_ns - count + i, seq ^ i)` with `seq` from the aggregate's bytes
+    (`split_seq`), and a later attempt (after a crash, or by a second reader
+    meanwhile) finds `top_ns` again from any row an earlier attempt stored
+    (its seq gives its index), then inserts with ON CONFLICT DO NOTHING.
+    Each batch first locks the aggregate row and checks it is still there, so
+    nothing is written once another reader has finished the split.
+
+    Used by `fetch_failed_msgs` and by the data migration alike. Raises
+    `codec.CodecError` for a corrupt blob (the rows written for it are
+    removed again, in batches, and the aggregate left) and `sql.Conflict` if
+    another reader split it first.
     """
     quoted = sql.quoted(connection, table)
     queue = prefix.decode("utf-8", errors="replace")
     count = codec.count_messages(value)
+    seq = split_seq(prefix, value)
+    cutoff = None if max_age_ns is None else now_ns - max_age_ns
+    items = _batches(_split_items(value, count, now_ns, cutoff), _SPLIT_BATCH)
+    top_ns: int | None = None
     stored = 0
-    with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
-        # The length, not the bytes, tells whether the row is still the one read:
-        # sending a big blob back to compare it costs the database (and, on
-        # SQLite, this process) two more copies of it.
-        cursor.execute(
-            f"DELETE FROM {quoted} WHERE key = %s AND length(value) = %s",
-            (prefix, len(value)),
-        )
-        if cursor.rowcount != 1:
-            raise sql.Conflict
-        if count == 0:
-            return 0
-        cursor.execute(
-            f"SELECT key FROM {quoted} WHERE key > %s AND key < %s ORDER BY key LIMIT 1",
-            (prefix, prefix + b"\x01"),
-        )
-        first = cursor.fetchone()
-        top_ns = min(keys.parse_key(bytes(first[0])).time_ns, now_ns) if first else now_ns
-        seq = keys.parse_key(keys.new_key(prefix)).seq
-        rows = legacy_message_rows(
-            prefix,
-            value,
-            count=count,
-            top_ns=top_ns,
-            seq=seq,
-            now_ns=now_ns,
-            max_age_ns=max_age_ns,
-            on_expired=lambda msg: sql.dropped(connection, queue, prefix, msg, "expired"),
-        )
-        for batch in _batches(rows, _SPLIT_BATCH):
-            cursor.executemany(f"INSERT INTO {quoted} (key, value) VALUES (%s, %s)", batch)
-            stored += len(batch)
+    reached = 0
+    try:
+        batch: list[_Item] | None = next(items, [])
+        while batch is not None:
+            following = next(items, None)
+            with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
+                _claim(connection, cursor, quoted, prefix, len(value))
+                if top_ns is None:
+                    top_ns = _anchor(cursor, quoted, prefix, seq, count, now_ns)
+                base_ns = top_ns - count
+                rows = []
+                for index, encoded, msg in batch:
+                    if encoded is None:
+                        sql.dropped(connection, queue, prefix, msg, "expired")
+                    else:
+                        rows.append((keys.make_key(prefix, base_ns + index, seq ^ index), encoded))
+                if rows:
+                    cursor.executemany(
+                        f"INSERT INTO {quoted} (key, value) VALUES (%s, %s) ON CONFLICT DO NOTHING",
+                        rows,
+                    )
+                stored += len(rows)
+                reached = batch[-1][0] + 1 if batch else reached
+                if following is None:
+                    cursor.execute(f"DELETE FROM {quoted} WHERE key = %s", (prefix,))
+            batch = following
+    except codec.CodecError:
+        if top_ns is not None:
+            _undo(connection, quoted, prefix, top_ns - count, seq, reached)
+        raise
     logger.info("split legacy row queue=%s messages=%s stored=%s", queue, count, stored)
     return stored
+
+
+def _split_items(value: bytes, count: int, now_ns: int, cutoff: int | None) -> Iterator[_Item]:
+    """`(index, encoded row value, message)` per message; the value is None when it expired."""
+    for index, msg in enumerate(codec.iter_decode(value)):
+        if index >= count:
+            raise codec.CodecError(f"legacy row holds more than the {count} messages counted")
+        if msg.queued_at is None:
+            msg = msg.replace(queued_at=GoTime(now_ns))
+        elif cutoff is not None and msg.queued_at.unix_ns < cutoff:
+            yield index, None, msg
+            continue
+        yield index, codec.encode_one(msg), msg
+
+
+def _claim(
+    connection: BaseDatabaseWrapper, cursor: Any, quoted: str, prefix: bytes, length: int
+) -> None:
+    """Take the write lock and check the aggregate is still the one read, or `sql.Conflict`.
+
+    On SQLite an empty DELETE takes the write lock (without it, a deferred
+    transaction that read first could not write after another commit); on
+    PostgreSQL the aggregate's row is locked, so two splitters take turns.
+    The length, not the bytes, tells whether the row is still the one read:
+    sending a big blob back to compare it costs two more copies of it.
+    """
+    if connection.vendor == "sqlite":
+        cursor.execute(f"DELETE FROM {quoted} WHERE 0")
+        cursor.execute(
+            f"SELECT 1 FROM {quoted} WHERE key = %s AND length(value) = %s", (prefix, length)
+        )
+    else:
+        cursor.execute(
+            f"SELECT 1 FROM {quoted} WHERE key = %s AND length(value) = %s FOR UPDATE",
+            (prefix, length),
+        )
+    if cursor.fetchone() is None:
+        raise sql.Conflict
+
+
+_ANCHOR_PROBE = 64
+
+
+def _anchor(cursor: Any, quoted: str, prefix: bytes, seq: int, count: int, now_ns: int) -> int:
+    """`top_ns` for an aggregate of `count` messages: from a row an earlier attempt stored, if
+    any is among the queue's first rows; else just below the queue's first row (or now)."""
+    cursor.execute(
+        f"SELECT key FROM {quoted} WHERE key > %s AND key < %s ORDER BY key LIMIT {_ANCHOR_PROBE}",
+        (prefix, prefix + b"\x01"),
+    )
+    first_ns: int | None = None
+    for (raw,) in cursor.fetchall():
+        try:
+            parsed = keys.parse_key(bytes(raw))
+        except ValueError:
+            continue
+        index = parsed.seq ^ seq
+        if index < count and parsed.time_ns >= index:
+            return parsed.time_ns - index + count  # a row of an earlier attempt
+        if first_ns is None:
+            first_ns = parsed.time_ns
+    top_ns = now_ns if first_ns is None else min(first_ns, now_ns)
+    if top_ns < count:
+        raise codec.CodecError("no room for the legacy messages before the queue's first row")
+    return top_ns
+
+
+def _undo(
+    connection: BaseDatabaseWrapper, quoted: str, prefix: bytes, base_ns: int, seq: int, upto: int
+) -> None:
+    """Remove the rows a split wrote for messages `0..upto` (a corrupt aggregate), in batches."""
+    for start in range(0, upto, _SPLIT_BATCH):
+        doomed = [
+            (keys.make_key(prefix, base_ns + i, seq ^ i),)
+            for i in range(start, min(upto, start + _SPLIT_BATCH))
+        ]
+        with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
+            cursor.executemany(f"DELETE FROM {quoted} WHERE key = %s", doomed)
 
 
 def legacy_message_rows(
@@ -126,20 +226,16 @@ def legacy_message_rows(
         raise codec.CodecError("no room for the legacy messages before the queue's first row")
     base_ns = top_ns - count
     cutoff = None if max_age_ns is None else now_ns - max_age_ns
-    for index, msg in enumerate(codec.iter_decode(value)):
-        if index >= count:
-            raise codec.CodecError(f"legacy row holds more than the {count} messages counted")
-        if msg.queued_at is None:
-            msg = msg.replace(queued_at=GoTime(now_ns))
-        elif cutoff is not None and msg.queued_at.unix_ns < cutoff:
+    for index, encoded, msg in _split_items(value, count, now_ns, cutoff):
+        if encoded is None:
             if on_expired is not None:
                 on_expired(msg)
             continue
-        yield keys.make_key(prefix, base_ns + index, seq), codec.encode_one(msg)
+        yield keys.make_key(prefix, base_ns + index, seq), encoded
 
 
-def _batches(rows: Iterator[tuple[bytes, bytes]], size: int) -> Iterator[list[tuple[bytes, bytes]]]:
-    batch: list[tuple[bytes, bytes]] = []
+def _batches(rows: Iterator[T], size: int) -> Iterator[list[T]]:
+    batch: list[T] = []
     for row in rows:
         batch.append(row)
         if len(batch) >= size:
