@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 from django.db import connection
 
-from deadletter import codec, keys, legacy
+from deadletter import codec, keys, legacy, sql
 from deadletter.gotime import GoTime
 from deadletter.messages import Message
 from deadletter.models import QueuedMessage
@@ -64,3 +64,63 @@ def test_a_message_that_does_not_decode_rolls_back_the_whole_split() -> None:
     with pytest.raises(codec.CodecError):
         legacy.split_legacy_row(connection, TABLE, b"q", cut_short_after("a", "b"), now_ns=10**18)
     assert list(QueuedMessage.objects.values_list("key", flat=True)) == [b"q"]
+
+
+def test_a_corrupt_message_after_several_batches_removes_the_rows_already_stored() -> None:
+    blob = cut_short_after(*(f"m{i}" for i in range(2_500)))
+    QueuedMessage.objects.create(key=b"q", value=blob)
+    with pytest.raises(codec.CodecError):
+        legacy.split_legacy_row(connection, TABLE, b"q", blob, now_ns=10**18)
+    assert list(QueuedMessage.objects.values_list("key", flat=True)) == [b"q"]
+
+
+def table() -> list[tuple[bytes, bytes]]:
+    return sorted(
+        (bytes(k), bytes(v)) for k, v in QueuedMessage.objects.values_list("key", "value")
+    )
+
+
+def stored_by_an_earlier_attempt(blob: bytes, top_ns: int, upto: int) -> None:
+    """What a split killed after its first batches left: message i at (top - n + i, seq ^ i)."""
+    count = codec.count_messages(blob)
+    seq = legacy.split_seq(b"q", blob)
+    for i, message in enumerate(codec.decode(blob)[:upto]):
+        QueuedMessage.objects.create(
+            key=keys.make_key("q", top_ns - count + i, seq ^ i), value=codec.encode_one(message)
+        )
+
+
+def test_a_split_restarted_after_a_crash_stores_each_message_once_in_order() -> None:
+    subjects = [f"m{i}" for i in range(2_500)]
+    blob = aggregate(*subjects)
+    newer = keys.make_key("q", 10**18, 1)
+    QueuedMessage.objects.create(key=newer, value=aggregate("newer"))
+    QueuedMessage.objects.create(key=b"q", value=blob)
+    stored_by_an_earlier_attempt(blob, top_ns=10**18, upto=1_000)
+    legacy.split_legacy_row(connection, TABLE, b"q", blob, now_ns=2 * 10**18)
+    found = table()
+    assert [codec.decode(v)[0].subject for _, v in found] == [*subjects, "newer"]
+    assert found[-1][0] == newer
+
+
+def test_a_restart_finds_the_earlier_attempts_keys_whatever_the_clock_says() -> None:
+    blob = aggregate(*(f"m{i}" for i in range(1_500)))
+    QueuedMessage.objects.create(key=b"q", value=blob)
+    # The first attempt ran at time 5e17 into an otherwise empty queue.
+    stored_by_an_earlier_attempt(blob, top_ns=5 * 10**17, upto=1_000)
+    legacy.split_legacy_row(connection, TABLE, b"q", blob, now_ns=9 * 10**17)
+    found = table()
+    assert len(found) == 1_500
+    assert {keys.parse_key(k).time_ns for k, _ in found} == set(
+        range(5 * 10**17 - 1_500, 5 * 10**17)
+    )
+
+
+def test_a_split_that_lost_the_race_writes_nothing() -> None:
+    blob = aggregate("a", "b")
+    QueuedMessage.objects.create(key=b"q", value=blob)
+    legacy.split_legacy_row(connection, TABLE, b"q", blob, now_ns=10**18)
+    before = table()
+    with pytest.raises(sql.Conflict):
+        legacy.split_legacy_row(connection, TABLE, b"q", blob, now_ns=10**18)
+    assert table() == before
