@@ -37,7 +37,14 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 
 from deadletter import codec, keys, legacy, sql
 from deadletter.conf import conf
-from deadletter.exceptions import DeadletterError
+from deadletter.kvcheck import (
+    KvFileError,
+    check_kv_table,
+    check_not_app_database,
+    check_only_kv,
+    check_sqlite_file,
+    watch_queries,
+)
 from deadletter.models import QueuedMessage
 
 __all__ = [
@@ -60,15 +67,9 @@ KV_SCHEMA = (
     "\texpires_at INTEGER\n);",
     "CREATE INDEX IF NOT EXISTS idx_expires_at ON kv(expires_at);",
 )
-KV_COLUMNS = ("key", "value", "expires_at")
-_SQLITE_MAGIC = b"SQLite format 3\x00"
 _BATCH = 500  # rows per existence check / insert; well under SQLite's bound-variable limit
 
 Row = tuple[bytes, bytes]
-
-
-class KvFileError(DeadletterError):
-    """A kv file that cannot be used as asked; the message is one line for the user."""
 
 
 @dataclasses.dataclass
@@ -96,6 +97,7 @@ class Report:
     dry_run: bool = False
     queues: list[QueueCounts] = dataclasses.field(default_factory=list)
     ignored: int = 0  # de-duplication rows left alone
+    folded: dict[str, int] = dataclasses.field(default_factory=dict)  # export: file aggregates
 
     @property
     def total(self) -> QueueCounts:
@@ -108,54 +110,27 @@ class Report:
 # --- opening and reading a kv file ------------------------------------------
 
 
-def _check_sqlite_file(path: Path) -> None:
-    if not path.exists():
-        raise KvFileError(f"{path}: no such file")
-    if path.is_dir():
-        raise KvFileError(f"{path}: is a directory, not an SQLite file")
-    if not path.is_file():
-        raise KvFileError(f"{path}: not a regular file")
-    try:
-        with path.open("rb") as handle:
-            magic = handle.read(len(_SQLITE_MAGIC))
-    except OSError as exc:
-        raise KvFileError(f"{path}: cannot read: {exc.strerror or exc}") from exc
-    if magic != _SQLITE_MAGIC:
-        raise KvFileError(f"{path}: not an SQLite database")
-
-
-def _check_kv_table(conn: sqlite3.Connection, path: Path, *, missing_ok: bool = False) -> bool:
-    """Whether `conn` has the kv table; a `KvFileError` if it has one of another shape."""
-    try:
-        columns = tuple(row[1] for row in conn.execute("PRAGMA table_info(kv)"))
-    except sqlite3.DatabaseError as exc:
-        raise KvFileError(f"{path}: not a readable SQLite database: {exc}") from exc
-    if not columns:
-        if missing_ok:
-            return False
-        raise KvFileError(f"{path}: no kv table (not a database of the Go program)")
-    if columns != KV_COLUMNS:
-        raise KvFileError(
-            f"{path}: table kv has columns ({', '.join(columns)}); "
-            f"expected ({', '.join(KV_COLUMNS)})"
-        )
-    return True
-
-
 def open_kv(path: Path | str) -> sqlite3.Connection:
     """Open a kv file read-only (`mode=ro`: SQLite itself refuses any write) and check its shape.
 
-    The connection is in autocommit; callers wanting one snapshot open a read
-    transaction themselves.
+    `kv` must be an ordinary table (never a view or a virtual table: see
+    `kvcheck.check_kv_table`), and `trusted_schema` is off, so nothing in the
+    file's schema runs functions of this process. The connection is in
+    autocommit; callers wanting one snapshot open a read transaction
+    themselves, and wrap their reads in `kvcheck.watch_queries`.
     """
     path = Path(path)
-    _check_sqlite_file(path)
+    check_sqlite_file(path)
     try:
         conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, isolation_level=None)
     except sqlite3.Error as exc:
         raise KvFileError(f"{path}: cannot open: {exc}") from exc
     try:
-        _check_kv_table(conn, path)
+        conn.execute("PRAGMA trusted_schema = OFF")
+        check_kv_table(conn, path)
+    except sqlite3.DatabaseError as exc:
+        conn.close()
+        raise KvFileError(f"{path}: not a readable SQLite database: {exc}") from exc
     except BaseException:
         conn.close()
         raise
@@ -369,7 +344,8 @@ class _QueueTable(_Sink):
             return {bytes(row[0]) for row in cursor.fetchall()}
 
     def insert(self, rows: Sequence[Row]) -> None:
-        with self.connection.cursor() as cursor:
+        # One short transaction per batch: the write lock is held for the INSERT alone.
+        with transaction.atomic(using=self.connection.alias), self.connection.cursor() as cursor:
             cursor.executemany(
                 f"INSERT INTO {self.table} (key, value) VALUES (%s, %s) ON CONFLICT DO NOTHING",
                 rows,
@@ -399,26 +375,32 @@ def import_kv(
 
     Per-message rows keep their keys and bytes; legacy aggregates are split
     (see the module docstring); de-duplication marks are ignored; corrupt
-    rows are counted and skipped. All of it is one transaction. With
-    `dry_run` nothing is written and the report says what would be.
+    rows are counted and skipped. With `dry_run` nothing is written and the
+    report says what would be.
+
+    Written in batches of `_BATCH` rows, each its own short transaction, so
+    parking (`store_failed_msgs`) never waits long for SQLite's write lock;
+    the source is decoded outside them. Every key written derives from the
+    file alone and goes in with ON CONFLICT DO NOTHING, so an import that
+    stopped half way (a crash, an error) is finished by running it again,
+    with nothing twice. Checks on the file and the first reads of it
+    (its queues, its de-duplication marks) come before the first write, and
+    any one query on it that runs past `kvcheck.MAX_QUERY_SECONDS` is stopped
+    with a `KvFileError`.
     """
     path = Path(path)
     connection = connections[using or conf.DATABASE]
     source = open_kv(path)
     report = Report("import", path, dry_run=dry_run)
     try:
-        source.execute("BEGIN")  # one snapshot, even if the Go program writes meanwhile
-        prefixes = _resolve_queues(_kv_queue_prefixes(source), queues, str(path))
-        report.ignored = source.execute(
-            "SELECT COUNT(*) FROM kv WHERE expires_at IS NOT NULL"
-        ).fetchone()[0]
-        sink = _QueueTable(connection)
-        now_ns = time.time_ns()
-        # A dry run takes no transaction: on SQLite that would take the write lock.
-        writing = (
-            contextlib.nullcontext() if dry_run else transaction.atomic(using=connection.alias)
-        )
-        with writing:
+        with watch_queries(source, path):
+            source.execute("BEGIN")  # one snapshot, even if the Go program writes meanwhile
+            prefixes = _resolve_queues(_kv_queue_prefixes(source), queues, str(path))
+            report.ignored = source.execute(
+                "SELECT COUNT(*) FROM kv WHERE expires_at IS NOT NULL"
+            ).fetchone()[0]
+            sink = _QueueTable(connection)
+            now_ns = time.time_ns()
             for prefix in prefixes:
                 counts = QueueCounts(_label(prefix))
                 report.queues.append(counts)
@@ -482,16 +464,19 @@ def _table_first_message_ns(
 
 
 @contextlib.contextmanager
-def _open_for_export(path: Path) -> Iterator[sqlite3.Connection]:
+def _open_for_export(path: Path, *, force: bool = False) -> Iterator[sqlite3.Connection]:
     """A connection to write the kv file `path` in one transaction; nothing is left on failure.
 
-    An existing file must be SQLite, and its kv table (if it has one) the Go
-    program's shape. A new file is built under a temporary name beside it
-    and renamed into place only once complete.
+    Never this project's own database, however it is named. An existing file
+    must be SQLite, its kv table (if it has one) the Go program's shape, and,
+    unless `force`, it must hold nothing else (another application's file).
+    A new file is built under a temporary name beside it and renamed into
+    place only once complete.
     """
     temporary: Path | None = None
     if path.exists() or path.is_symlink():
-        _check_sqlite_file(path)
+        check_sqlite_file(path)
+        check_not_app_database(path)
         target = f"{path.resolve().as_uri()}?mode=rw"
     else:
         parent = path.parent
@@ -509,14 +494,18 @@ def _open_for_export(path: Path) -> Iterator[sqlite3.Connection]:
     try:
         try:
             conn = sqlite3.connect(target, uri=True, isolation_level=None)
-            _check_kv_table(conn, path, missing_ok=True)
+            conn.execute("PRAGMA trusted_schema = OFF")
+            check_kv_table(conn, path, missing_ok=True)
+            if not force:
+                check_only_kv(conn, path)
             conn.execute("BEGIN IMMEDIATE")
             for statement in KV_SCHEMA:
                 conn.execute(statement)
         except sqlite3.Error as exc:
             raise KvFileError(f"{path}: cannot write: {exc}") from exc
         try:
-            yield conn
+            with watch_queries(conn, path):
+                yield conn
             conn.execute("COMMIT")
         except sqlite3.Error as exc:
             raise KvFileError(f"{path}: cannot write: {exc}") from exc
@@ -535,15 +524,65 @@ def _open_for_export(path: Path) -> Iterator[sqlite3.Connection]:
                 Path(f"{temporary}{suffix}").unlink(missing_ok=True)
 
 
+def _fold_file_aggregate(conn: sqlite3.Connection, path: Path, prefix: bytes, now_ns: int) -> int:
+    """Split the file's own legacy aggregate of queue `prefix` into per-message rows in the
+    file and delete it, in the export's transaction; returns its message count (0: none).
+
+    The Go program reads an aggregate and the per-message rows beside it alike,
+    so exporting a queue's rows next to its aggregate would show every message
+    of both twice. The rows get the keys an import of this file derives
+    (`_destination_rows`), so the messages an earlier import brought here are
+    found present by the export that follows, not written again.
+    """
+    found = conn.execute(
+        "SELECT value FROM kv WHERE key = ? AND expires_at IS NULL", (prefix,)
+    ).fetchone()
+    if found is None:
+        return 0
+    counts = QueueCounts(_label(prefix))
+    rows = _destination_rows(
+        iter([(prefix, _as_bytes(found[0]))]),
+        counts,
+        lambda name: _kv_first_message_ns(conn, name),
+        now_ns,
+    )
+    sink = _KvTable(conn)
+    while batch := list(itertools.islice(rows, _BATCH)):
+        sink.insert([(key, value) for key, value, _ in batch])
+    if counts.corrupt:
+        raise KvFileError(
+            f"{path}: the legacy row of queue {counts.queue!r} does not decode; "
+            "exporting that queue beside it would not be read right (export other queues "
+            "with --queue, or remove that row)"
+        )
+    conn.execute("DELETE FROM kv WHERE key = ? AND expires_at IS NULL", (prefix,))
+    logger.info(
+        "folded the kv file's legacy row into per-message rows queue=%s path=%s messages=%s",
+        counts.queue,
+        path,
+        counts.messages,
+    )
+    return counts.messages
+
+
 def export_kv(
-    path: Path | str, *, queues: Sequence[str] | None = None, using: str | None = None
+    path: Path | str,
+    *,
+    queues: Sequence[str] | None = None,
+    using: str | None = None,
+    force: bool = False,
 ) -> Report:
     """Write the queues (all, or those named) into the kv file `path` for the Go program.
 
     Creates the file and the Go program's table and index when missing.
     Every message leaves as a per-message row with `expires_at` NULL, under
     its own key and bytes; a row the file already holds is left alone, so
-    exporting twice writes nothing twice.
+    exporting twice writes nothing twice. A legacy aggregate the file holds
+    for an exported queue is first split into per-message rows there and
+    removed, in the same transaction, so the Go program never reads a message
+    twice. Refused (`KvFileError`, nothing written): this project's own
+    database, and, unless `force`, a file holding tables of another
+    application.
     """
     path = Path(path)
     connection = connections[using or conf.DATABASE]
@@ -554,7 +593,7 @@ def export_kv(
     prefixes = _resolve_queues(available, queues, "the queue table")
     report = Report("export", path)
     now_ns = time.time_ns()
-    with _open_for_export(path) as conn:
+    with _open_for_export(path, force=force) as conn:
         report.ignored = conn.execute(
             "SELECT COUNT(*) FROM kv WHERE expires_at IS NOT NULL"
         ).fetchone()[0]
@@ -569,6 +608,9 @@ def export_kv(
                 counts.rows += counts.corrupt
                 logger.warning("skipping rows of an invalid queue name queue=%r", prefix)
                 continue
+            folded = _fold_file_aggregate(conn, path, prefix, now_ns)
+            if folded:
+                report.folded[counts.queue] = folded
             rows = _destination_rows(
                 sql.iter_range(connection, table, prefix, prefix + b"\x01"),
                 counts,
@@ -616,4 +658,9 @@ def format_report(report: Report) -> str:
             cell.rjust(width) for cell, width in zip(row[1:], widths[1:], strict=True)
         ]
         out.append("  ".join(cells).rstrip())
+    for queue, messages in report.folded.items():
+        out.append(
+            f"The file's legacy row of queue {queue!r} ({messages} messages) "
+            "was split into per-message rows there first."
+        )
     return "\n".join(out)

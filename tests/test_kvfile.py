@@ -480,3 +480,68 @@ def test_a_source_in_wal_mode_is_read_while_the_go_program_has_it_open(tmp_path:
         go.close()
     assert report.total.written == 1
     assert subjects("q") == ["committed"]
+
+
+# --- export into a file that still holds a legacy aggregate ----------------------
+
+
+def go_count(path: Path, queue: str) -> int:
+    """How many messages the Go program reads for `queue`: its aggregate's and its rows'."""
+    total = 0
+    for key, value, expires_at in kv_rows(path):
+        if expires_at is None and keys.queue_of(key) == queue:
+            total += len(codec.decode(value))
+    return total
+
+
+def go_file_with_an_aggregate(path: Path) -> Path:
+    return make_kv(
+        path,
+        [
+            legacy("q", *(msg(f"legacy {i}") for i in range(1_000))),
+            *(row("q", T0 + i, 1, msg(f"newer {i}")) for i in range(3)),
+            (b"dedup-mark", b"", 1795000000),
+        ],
+    )
+
+
+def test_importing_then_exporting_back_leaves_the_go_programs_count_unchanged(
+    tmp_path: Path,
+) -> None:
+    target = go_file_with_an_aggregate(tmp_path / "go.sqlite")
+    kvfile.import_kv(target)
+    report = kvfile.export_kv(target)
+    assert go_count(target, "q") == 1_003
+    assert (report.total.written, report.total.present) == (0, 1_003)
+    assert report.folded == {"q": 1_000}
+    assert all(not keys.is_legacy_key(k) for k, _, e in kv_rows(target) if e is None)
+
+
+def test_exporting_beside_a_go_aggregate_adds_only_the_messages_parked_here(
+    tmp_path: Path,
+) -> None:
+    target = go_file_with_an_aggregate(tmp_path / "go.sqlite")
+    store_failed_msgs("q", msg("parked here"))
+    kvfile.export_kv(target)
+    assert go_count(target, "q") == 1_004
+    kvfile.import_kv(target)
+    assert subjects("q")[:1_000] == [f"legacy {i}" for i in range(1_000)]
+    assert len(subjects("q")) == 1_004
+
+
+def test_the_aggregate_of_a_queue_not_exported_stays_as_it_is(tmp_path: Path) -> None:
+    target = go_file_with_an_aggregate(tmp_path / "go.sqlite")
+    store_failed_msgs("other", msg("x"))
+    kvfile.export_kv(target, queues=["other"])
+    assert b"q" in [k for k, _, _ in kv_rows(target)]
+
+
+def test_a_corrupt_aggregate_in_the_file_refuses_the_export_naming_the_queue(
+    tmp_path: Path,
+) -> None:
+    target = make_kv(tmp_path / "go.sqlite", [(b"q", b"\x83\xa1", None)])
+    store_failed_msgs("q", msg("parked here"))
+    before = sha256(target)
+    with pytest.raises(kvfile.KvFileError, match="legacy row of queue 'q' does not decode"):
+        kvfile.export_kv(target)
+    assert sha256(target) == before

@@ -1,4 +1,4 @@
-"""`manage.py deadletter_export_kv PATH [--queue NAME ...]`."""
+"""`manage.py deadletter_export_kv PATH [--queue NAME ...] [--force]`."""
 
 from __future__ import annotations
 
@@ -15,7 +15,9 @@ from deadletter.management.arguments import add_queue_argument
 class Command(BaseCommand):
     help = (
         "Write the queues into a kv SQLite file the Go program reads (created if missing), "
-        "one row per message. A second run writes nothing twice."
+        "one row per message. A second run writes nothing twice. A legacy row the file holds "
+        "for an exported queue is split there first. Refuses this project's own database, and "
+        "a file with tables of another application unless --force."
     )
 
     def add_arguments(self, parser: ArgumentParser) -> None:
@@ -23,10 +25,17 @@ class Command(BaseCommand):
         add_queue_argument(
             parser, "export only this queue (repeat for several); default: every queue"
         )
+        parser.add_argument(
+            "--force",
+            action="store_true",
+            help="write into an SQLite file that also holds tables of another application",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
-            report = kvfile.export_kv(options["path"], queues=options["queues"])
+            report = kvfile.export_kv(
+                options["path"], queues=options["queues"], force=options["force"]
+            )
         except kvfile.KvFileError as exc:
             raise CommandError(str(exc)) from exc
         self.stdout.write(kvfile.format_report(report))
