@@ -29,7 +29,8 @@ from django.db import (
 )
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from deadletter import codec, keys, signals, sql
+from deadletter import codec, detached, keys, signals, sql
+from deadletter.causes import signature_of
 from deadletter.conf import conf
 from deadletter.exceptions import DeadletterError
 from deadletter.gotime import GoTime
@@ -61,10 +62,22 @@ _REREAD_LIMIT = 5
 
 
 class QueueingError(DeadletterError):
-    """A message could not be written to the queue; the cause is chained."""
+    """A message could not be written to the queue; the cause is chained.
+
+    The text starts with the seed's "problem with persistent queue" and then
+    says what went wrong: the message given, else the chained cause.
+    """
 
     def __str__(self) -> str:
-        return "problem with persistent queue"
+        detail = " ".join(str(arg) for arg in self.args)
+        cause = self.__cause__
+        if not detail and cause is not None:
+            detail = f"{type(cause).__name__}: {cause}".rstrip(": ")
+        return (
+            f"problem with persistent queue: {detail}"
+            if detail
+            else "problem with persistent queue"
+        )
 
 
 class Queued(NamedTuple):
@@ -89,6 +102,8 @@ def _max_age_ns() -> int:
 def store_failed_msgs(queue: str, msg: Message) -> bytes:
     """Park `msg` under a fresh key at the tail of `queue`; returns the key.
 
+    The row commits on its own: a rollback of the caller's transaction never
+    takes it along (see `deadletter.detached` for how, per backend).
     `queued_at` is stamped with now only when unset: it is the time of first
     failure and anchors the age limit, so a message handed back and parked
     again keeps it. Raises `QueueingError` when the row cannot be written and
@@ -103,22 +118,71 @@ def store_failed_msgs(queue: str, msg: Message) -> bytes:
         logger.error("store failed queue=%s reason=unencodable error=%s", queue, exc)
         raise QueueingError from exc
     connection = sql.connection()
-    key = insert_value(connection, prefix, value, queue=queue)
+    instrumented = False
+    if connection.in_atomic_block:  # one attribute read on the common path
+        where = detached.route(connection)
+        if where is detached.Route.DEFERRED:
+            key = keys.new_key(prefix)
+            detached.defer(connection, _ParkLater(queue, prefix, key, value, msg))
+            return key
+        if where is detached.Route.PRIVATE:
+            try:
+                connection = detached.private_connection(connection)
+            except DatabaseError as exc:
+                logger.exception("store failed queue=%s", queue)
+                raise QueueingError from exc
+            instrumented = True
+    key = insert_value(connection, prefix, value, queue=queue, instrumented=instrumented)
     sql.after_commit(connection, signals.message_enqueued, sender=queue, key=key, msg=msg)
     return key
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class _ParkLater:
+    """A store held back until the caller's transaction ends (SQLite, where the
+    caller holds the write lock); written under the key already handed out."""
+
+    queue: str
+    prefix: bytes
+    key: bytes
+    value: bytes
+    msg: Message
+
+    def __call__(self, connection: BaseDatabaseWrapper) -> bytes:
+        key = insert_value(connection, self.prefix, self.value, queue=self.queue, key=self.key)
+        if key != self.key:
+            logger.warning(
+                "deferred store took another key queue=%s key=%s was=%s",
+                self.queue,
+                key.hex(),
+                self.key.hex(),
+            )
+        sql.after_commit(
+            connection, signals.message_enqueued, sender=self.queue, key=key, msg=self.msg
+        )
+        return key
+
+
 def insert_value(
-    connection: BaseDatabaseWrapper, prefix: bytes, value: bytes, *, queue: str
+    connection: BaseDatabaseWrapper,
+    prefix: bytes,
+    value: bytes,
+    *,
+    queue: str,
+    key: bytes | None = None,
+    instrumented: bool = False,
 ) -> bytes:
-    """Insert an encoded row under a fresh key, retrying a key collision with a new key."""
+    """Insert an encoded row under `key` (a fresh one when None), retrying a key
+    collision with a new key."""
     query = f"INSERT INTO {sql.quoted(connection, sql.TABLE)} (key, value) VALUES (%s, %s)"
     for _ in range(_INSERT_ATTEMPTS):
-        key = keys.new_key(prefix)
+        if key is None:
+            key = keys.new_key(prefix)
         try:
-            sql.write(connection, query, (key, value))
+            sql.write(connection, query, (key, value), instrumented=instrumented)
         except IntegrityError:
             logger.warning("store key collision queue=%s key=%s", queue, key.hex())
+            key = None
             continue
         except DatabaseError as exc:
             logger.exception("store failed queue=%s", queue)
@@ -477,7 +541,9 @@ def _delete_sql(connection: BaseDatabaseWrapper) -> str:
 
 def rewrite_msg(key: bytes, msg: Message) -> bool:
     """Write `msg` back in place under `key`, keeping the row's place in the queue;
-    False when the row is gone (nothing is written then). Raises `QueueingError`."""
+    False when the row is gone (nothing is written then). Raises `QueueingError`.
+    The cause of its `LastError` (`causes.signature_of`) goes in the same statement,
+    so the admin groups failures without decoding rows."""
     key = bytes(key)
     connection = sql.connection()
     try:
@@ -488,8 +554,9 @@ def rewrite_msg(key: bytes, msg: Message) -> bool:
         return bool(
             sql.write(
                 connection,
-                f"UPDATE {sql.quoted(connection, sql.TABLE)} SET value = %s WHERE key = %s",
-                (value, key),
+                f"UPDATE {sql.quoted(connection, sql.TABLE)} "
+                "SET value = %s, signature = %s WHERE key = %s",
+                (value, signature_of(msg.extra.get("LastError")), key),
             )
         )
     except DatabaseError as exc:

@@ -32,15 +32,22 @@ def quoted(connection: BaseDatabaseWrapper, table: str) -> str:
     return connection.ops.quote_name(table)
 
 
-def write(connection: BaseDatabaseWrapper, sql: str, params: Any) -> int:
+def write(
+    connection: BaseDatabaseWrapper, sql: str, params: Any, *, instrumented: bool = False
+) -> int:
     """Run one write, in a savepoint when the caller holds a transaction so a
     failed statement does not poison it; in its own autocommit otherwise.
 
     The autocommit path goes straight to the driver's connection (errors
     still mapped to Django's, once there is one to map): Django's cursor
     wrapper and placeholder rewriting cost as much as the INSERT itself on
-    SQLite.
+    SQLite. `instrumented` takes Django's cursor wrapper anyway (the rare
+    writes on a second connection, so query logging sees them).
     """
+    if instrumented and not connection.in_atomic_block:
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return cursor.rowcount
     if connection.in_atomic_block:
         with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
             cursor.execute(sql, params)
@@ -85,7 +92,7 @@ def after_commit(connection: BaseDatabaseWrapper, signal: Any, **kwargs: Any) ->
             if isinstance(result, Exception):
                 logger.error("signal receiver failed receiver=%r error=%r", receiver, result)
 
-    transaction.on_commit(send, using=connection.alias)
+    connection.on_commit(send)  # this connection's commit, also a private one's
 
 
 def dropped(
