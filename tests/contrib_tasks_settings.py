@@ -3,7 +3,6 @@ demo project plus django-tasks-db, opted in by setting rather than app entry."""
 
 from project.settings import *  # noqa: F403
 from project.settings import DEADLETTER_HANDLERS, INSTALLED_APPS
-
 from tests.contrib_tasks_env import IMMEDIATE_BACKEND, TASK_APPS
 
 INSTALLED_APPS = [*INSTALLED_APPS, *TASK_APPS, "django_tasks_db"]

@@ -24,9 +24,7 @@ from deadletter.messages import Message
 from tests.contrib_tasks_env import task_settings
 
 if framework.find() is None and django.VERSION < (6, 0):
-    pytest.skip(
-        "deadletter_tasks.E001: no Tasks framework on this leg", allow_module_level=True
-    )
+    pytest.skip("deadletter_tasks.E001: no Tasks framework on this leg", allow_module_level=True)
 
 from tests import contrib_tasks_jobs as jobs  # noqa: E402  (needs the framework)
 
@@ -79,7 +77,10 @@ def test_a_task_that_raises_is_parked_once_with_the_task_in_its_extra_keys(
     assert extra["TaskQueue"] == "default"
     assert extra["TaskResultID"] == result.id
     assert extra["TaskException"] == "tests.contrib_tasks_jobs.CauseNotFixed"
-    assert extra["TaskTraceback"].splitlines()[-1] == f"tests.contrib_tasks_jobs.CauseNotFixed: {fixed} is missing"
+    assert (
+        extra["TaskTraceback"].splitlines()[-1]
+        == f"tests.contrib_tasks_jobs.CauseNotFixed: {fixed} is missing"
+    )
     assert extra["LastError"] == f"tests.contrib_tasks_jobs.CauseNotFixed: {fixed} is missing"
     assert "Attempts" not in extra
     assert msg.timestamp is not None and msg.queued_at is not None
@@ -148,7 +149,9 @@ def test_a_task_still_failing_stays_queued_with_its_attempts_raised(
     [after] = queue.fetch_failed_msgs(QUEUE)
     assert after.key == before.key
     assert after.msg.extra["Attempts"] == 2
-    assert after.msg.extra["LastError"].startswith("TaskFailed: tests.contrib_tasks_jobs.CauseNotFixed:")
+    assert after.msg.extra["LastError"].startswith(
+        "TaskFailed: tests.contrib_tasks_jobs.CauseNotFixed:"
+    )
     assert queue.queue_names() == [QUEUE]
 
 
@@ -179,7 +182,11 @@ def dropped_reasons() -> list[str]:
 
 @pytest.mark.parametrize(
     "path",
-    ["tests.contrib_tasks_jobs.renamed_since", "tests.gone_module.flaky", "tests.contrib_tasks_jobs.not_a_task"],
+    [
+        "tests.contrib_tasks_jobs.renamed_since",
+        "tests.gone_module.flaky",
+        "tests.contrib_tasks_jobs.not_a_task",
+    ],
 )
 def test_a_task_that_no_longer_imports_is_dropped_as_permanent(
     captured: None, paths: tuple[str, str], path: str

@@ -22,9 +22,7 @@ from tests.conftest import REPO
 from tests.contrib_tasks_env import task_settings
 
 if framework.find() is None and django.VERSION < (6, 0):
-    pytest.skip(
-        "deadletter_tasks.E001: no Tasks framework on this leg", allow_module_level=True
-    )
+    pytest.skip("deadletter_tasks.E001: no Tasks framework on this leg", allow_module_level=True)
 
 from tests import contrib_tasks_jobs as jobs  # noqa: E402  (needs the framework)
 from tests.test_contrib_tasks import QUEUE, drain_tasks, parked  # noqa: E402

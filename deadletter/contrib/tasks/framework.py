@@ -23,8 +23,8 @@ class Framework:
     package: str
     task_enqueued: Any
     task_finished: Any
-    task_class: type
-    immediate_backend: type
+    task_class: type[Any]
+    immediate_backend: type[Any]
 
 
 def find() -> Framework | None:

@@ -62,7 +62,7 @@ def _task_of(msg: Message, found: framework.Framework) -> tuple[Any, list[Any], 
     if not isinstance(args, list) or not isinstance(kwargs, dict):
         raise PermanentFailure(f"task {path}: arguments are not a list and a dict")
     try:
-        target = import_string(path)
+        target: Any = import_string(path)
     except ImportError as exc:
         raise PermanentFailure(f"task {path} no longer imports: {exc}") from exc
     if not isinstance(target, found.task_class):
