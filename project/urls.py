@@ -5,6 +5,11 @@ from project.demo import views as demo_views
 
 urlpatterns = [
     path("admin/", admin.site.urls),
-    path("deadletter/api/", include("deadletter.api.urls")),
+    path("api/deadletter/", include("deadletter.api.urls")),
+    # The first mount, kept so existing clients keep working; the schema lists only the one above.
+    path(
+        "deadletter/api/",
+        include(("deadletter.api.urls", "deadletter-api"), namespace="deadletter-api-old"),
+    ),
     path("demo/webhook/", demo_views.webhook, name="demo-webhook"),
 ]

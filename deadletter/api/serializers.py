@@ -1,57 +1,267 @@
+"""What the API reads and writes: DRF serializers for validation and output.
+
+A message travels with its fields in snake case and their JSON types, times
+as RFC 3339 with up to nine fraction digits, and unknown keys in `extra`
+(on input, unknown top-level keys are kept there too).
+"""
+
 from __future__ import annotations
 
-import base64
 from typing import Any
 
-from deadletter import keys
-from deadletter.inspection import QueueSummary, Row
+from django.conf import settings
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from deadletter import codec, keys
+from deadletter.api.fields import (
+    ExtraField,
+    Int64Field,
+    KeyField,
+    TextField,
+    TimeField,
+    format_time,
+    format_unix_ns,
+)
+from deadletter.inspection import Row
 from deadletter.messages import Message
+from deadletter.summaries import QueueStatus
+
+MAX_PAGE_SIZE = 200
+DEFAULT_PAGE_SIZE = 50
+MAX_DRAIN_LIMIT = 1000
+DEFAULT_DRAIN_LIMIT = 100
+DEFAULT_MAX_MESSAGE_BYTES = 1 << 20
 
 
-def message_data(msg: Message) -> dict[str, Any]:
-    return {
-        "timestamp": msg.timestamp.format() if msg.timestamp else None,
-        "queued_at": msg.queued_at.format() if msg.queued_at else None,
-        "username": msg.username,
-        "subject": msg.subject,
-        "descriptions": msg.descriptions,
-        "fields": msg.fields,
-        "skip_recipients": msg.skip_recipients,
-        "code": int(msg.code),
-        "code_name": getattr(msg.code, "name", None),
-        "extra": {name: _json_safe(value) for name, value in msg.extra.items()},
-    }
+def max_message_bytes() -> int:
+    """`DEADLETTER_MAX_MESSAGE_BYTES` (1 MiB by default): the largest body a park takes."""
+    return int(getattr(settings, "DEADLETTER_MAX_MESSAGE_BYTES", DEFAULT_MAX_MESSAGE_BYTES))
 
 
-def row_data(row: Row) -> dict[str, Any]:
-    when = keys.written_at(row.key)
-    return {
-        "key": keys.to_text(row.key),
-        "queue": keys.queue_of(row.key),
-        "enqueued_at": when.isoformat() if when else None,
-        "legacy": row.is_legacy,
-        "corrupt": row.messages is None,
-        "messages": [message_data(m) for m in row.messages or []],
-    }
+class QueueNameSerializer(serializers.Serializer):
+    """A queue name from the URL: any text the queue accepts (1..255 UTF-8 bytes, no NUL)."""
 
+    name = TextField()
 
-def summary_data(summary: QueueSummary) -> dict[str, Any]:
-    return {
-        "name": summary.name,
-        "rows": summary.rows,
-        "oldest_queued_at": summary.oldest_queued_at,
-        "oldest_age_seconds": summary.oldest_age,
-    }
-
-
-def _json_safe(value: Any) -> Any:
-    """Unknown keys may hold any CBOR value; JSON gets their nearest plain form."""
-    if value is None or isinstance(value, bool | int | float | str):
+    def validate_name(self, value: str) -> str:
+        try:
+            keys.encode_queue_name(value)
+        except ValueError as exc:
+            raise serializers.ValidationError(str(exc)) from None
         return value
-    if isinstance(value, bytes):
-        return {"base64": base64.b64encode(value).decode()}
-    if isinstance(value, list | tuple):
-        return [_json_safe(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): _json_safe(v) for k, v in value.items()}
-    return repr(value)
+
+
+class KeySerializer(serializers.Serializer):
+    key = KeyField()
+
+
+class MessageSerializer(serializers.Serializer):
+    """One message, read and written; `code_name` is the name of a known event code."""
+
+    timestamp = TimeField(allow_null=True, required=False, default=None)
+    queued_at = TimeField(
+        allow_null=True,
+        required=False,
+        default=None,
+        help_text="The time of first failure; stamped with now when null.",
+    )
+    username = TextField(required=False, default="")
+    subject = TextField(required=False, default="")
+    descriptions = serializers.ListField(
+        child=TextField(), allow_null=True, required=False, default=None
+    )
+    fields = serializers.ListField(child=TextField(), allow_null=True, required=False, default=None)
+    skip_recipients = serializers.ListField(
+        child=TextField(), allow_null=True, required=False, default=None
+    )
+    code = Int64Field(required=False, default=0)
+    code_name = serializers.SerializerMethodField()
+    extra = ExtraField(required=False, default=dict)
+
+    @extend_schema_field({"type": "string", "nullable": True, "readOnly": True})
+    def get_code_name(self, msg: Message) -> str | None:
+        return getattr(msg.code, "name", None)
+
+    def to_internal_value(self, data: Any) -> dict[str, Any]:
+        # Unknown top-level keys are the message's own unknown keys: kept in `extra`.
+        if isinstance(data, dict):
+            known = set(self.fields)
+            unknown = {k: v for k, v in data.items() if k not in known}
+            if unknown:
+                extra = data.get("extra", {})
+                if not isinstance(extra, dict):
+                    raise serializers.ValidationError({"extra": ["Expected an object."]})
+                both = sorted(set(unknown) & set(extra))
+                if both:
+                    raise serializers.ValidationError(
+                        {"extra": [f"{both[0]!r} is given both at the top level and in extra."]}
+                    )
+                data = {k: v for k, v in data.items() if k in known}
+                data["extra"] = {**extra, **unknown}
+        return super().to_internal_value(data)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        """The message must encode as Go reads it: a Go-readable code, no unknown
+        key that Go would read as a field, within the size limit."""
+        msg = message_of(attrs)
+        try:
+            value = codec.encode_one(msg)
+        except (codec.CodecError, TypeError, ValueError, OverflowError) as exc:
+            text = str(exc)
+            field = "code" if "Code" in text else "extra" if "extra" in text else "non_field_errors"
+            raise serializers.ValidationError({field: [text]}) from None
+        limit = max_message_bytes()
+        if len(value) > limit:
+            raise serializers.ValidationError(
+                {"payload": [f"the message is {len(value)} bytes stored; the limit is {limit}"]}
+            )
+        attrs["message"] = msg
+        return attrs
+
+
+def message_of(attrs: dict[str, Any]) -> Message:
+    return Message(
+        timestamp=attrs.get("timestamp"),
+        queued_at=attrs.get("queued_at"),
+        username=attrs.get("username", ""),
+        subject=attrs.get("subject", ""),
+        descriptions=attrs.get("descriptions"),
+        fields=attrs.get("fields"),
+        skip_recipients=attrs.get("skip_recipients"),
+        code=attrs.get("code", 0),
+        extra=attrs.get("extra") or {},
+    )
+
+
+class ParkedSerializer(serializers.Serializer):
+    """The answer to a park: the new row's key, its queue and its URL."""
+
+    key = serializers.CharField()
+    queue = serializers.CharField()
+    url = serializers.URLField()
+
+
+class RowSerializer(serializers.Serializer):
+    """One stored row: `messages` is empty and `corrupt` true for a row that does
+    not decode; a legacy aggregate row (`legacy`) holds a whole queue."""
+
+    key = KeyField()
+    queue = serializers.SerializerMethodField()
+    enqueued_at = serializers.SerializerMethodField()
+    legacy = serializers.BooleanField(source="is_legacy")
+    corrupt = serializers.SerializerMethodField()
+    messages = serializers.SerializerMethodField()
+
+    def get_queue(self, row: Row) -> str:
+        return keys.queue_of(row.key)
+
+    @extend_schema_field({"type": "string", "format": "date-time", "nullable": True})
+    def get_enqueued_at(self, row: Row) -> str | None:
+        try:
+            return format_unix_ns(keys.parse_key(row.key).time_ns)
+        except ValueError:
+            return None
+
+    def get_corrupt(self, row: Row) -> bool:
+        return row.messages is None
+
+    @extend_schema_field(MessageSerializer(many=True))
+    def get_messages(self, row: Row) -> list[Any]:
+        return MessageSerializer(row.messages or [], many=True).data
+
+
+class PageQuerySerializer(serializers.Serializer):
+    """A page of a queue: the rows after key `after` (exclusive), at most `limit`."""
+
+    after = KeyField(required=False, help_text="The last key of the previous page.")
+    limit = serializers.IntegerField(
+        min_value=1, max_value=MAX_PAGE_SIZE, default=DEFAULT_PAGE_SIZE, required=False
+    )
+
+
+class PageSerializer(serializers.Serializer):
+    results = RowSerializer(many=True)
+    next = serializers.URLField(allow_null=True, help_text="The next page; null on the last.")
+
+
+class QueueSerializer(serializers.Serializer):
+    """A queue at a glance; `oldest_age_seconds` (since its head message first
+    failed) is the standard dead-letter alarm."""
+
+    name = serializers.CharField()
+    depth = serializers.IntegerField(help_text="Rows in the queue.")
+    oldest_enqueued_at = serializers.SerializerMethodField()
+    oldest_queued_at = serializers.SerializerMethodField()
+    oldest_age_seconds = serializers.SerializerMethodField()
+
+    @extend_schema_field({"type": "string", "format": "date-time", "nullable": True})
+    def get_oldest_enqueued_at(self, status: QueueStatus) -> str | None:
+        ns = status.oldest_enqueued_ns
+        return None if ns is None else format_unix_ns(ns)
+
+    @extend_schema_field({"type": "string", "format": "date-time", "nullable": True})
+    def get_oldest_queued_at(self, status: QueueStatus) -> str | None:
+        moment = status.oldest_queued_at
+        return None if moment is None else format_time(moment)
+
+    @extend_schema_field({"type": "number", "format": "double", "nullable": True})
+    def get_oldest_age_seconds(self, status: QueueStatus) -> float | None:
+        return status.oldest_age_seconds(self.context.get("now_ns"))
+
+
+class DrainRequestSerializer(serializers.Serializer):
+    limit = Int64Field(
+        required=False,
+        default=DEFAULT_DRAIN_LIMIT,
+        help_text=f"Messages to hand over at most (1..{MAX_DRAIN_LIMIT}).",
+    )
+
+    def validate_limit(self, value: int) -> int:
+        if not 1 <= value <= MAX_DRAIN_LIMIT:
+            raise serializers.ValidationError(f"Must be between 1 and {MAX_DRAIN_LIMIT}.")
+        return value
+
+
+class DroppedSerializer(serializers.Serializer):
+    expired = serializers.IntegerField()
+    corrupt = serializers.IntegerField()
+    permanent = serializers.IntegerField()
+    max_attempts = serializers.IntegerField()
+
+
+class DrainReportSerializer(serializers.Serializer):
+    """What the drain did (`deadletter.drain.DrainReport`)."""
+
+    queues = serializers.ListField(child=serializers.CharField())
+    workers = serializers.IntegerField()
+    delivered = serializers.IntegerField()
+    requeued = serializers.IntegerField()
+    dropped = DroppedSerializer()
+    failed = serializers.IntegerField()
+    errors = serializers.IntegerField()
+    elapsed = serializers.FloatField()
+    rate = serializers.FloatField(allow_null=True)
+    stopped_by = serializers.CharField(allow_null=True)
+    aborted_by = serializers.CharField(allow_null=True)
+
+
+class ErrorSerializer(serializers.Serializer):
+    detail = serializers.CharField()
+
+
+__all__ = [
+    "DrainReportSerializer",
+    "DrainRequestSerializer",
+    "ErrorSerializer",
+    "KeySerializer",
+    "MessageSerializer",
+    "OpenApiTypes",
+    "PageQuerySerializer",
+    "PageSerializer",
+    "ParkedSerializer",
+    "QueueNameSerializer",
+    "QueueSerializer",
+    "RowSerializer",
+]

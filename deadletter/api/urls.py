@@ -1,15 +1,21 @@
+"""The REST API's routes: `path("api/deadletter/", include("deadletter.api.urls"))`."""
+
 from django.urls import path, register_converter
 
-from deadletter.api import views
-from deadletter.urls import KeyConverter
+from deadletter.api import drain_view, schema, views
+from deadletter.api.converters import QueueNameConverter
 
-register_converter(KeyConverter, "dlkey")
+register_converter(QueueNameConverter, "dlqueue")
 
 app_name = "deadletter-api"
 
 urlpatterns = [
     path("queues/", views.QueueList.as_view(), name="queues"),
-    path("queues/<str:name>/", views.QueueDetail.as_view(), name="queue"),
-    path("queues/<str:name>/messages/", views.MessageList.as_view(), name="messages"),
-    path("messages/<dlkey:key>/", views.MessageDetail.as_view(), name="message"),
+    # The suffixed routes first: see QueueNameConverter.
+    path("queues/<dlqueue:name>/messages/", views.MessageList.as_view(), name="messages"),
+    path("queues/<dlqueue:name>/drain/", drain_view.QueueDrain.as_view(), name="drain"),
+    path("queues/<dlqueue:name>/", views.QueueDetail.as_view(), name="queue"),
+    path("messages/<str:key>/", views.MessageDetail.as_view(), name="message"),
+    path("schema/", schema.SchemaView.as_view(), name="schema"),
+    path("schema/docs/", schema.DocsView.as_view(), name="docs"),
 ]

@@ -1,97 +1,169 @@
-"""Thin views over `inspection` (reads) and `queue.dequeue` (delete)."""
+"""The queue's endpoints: thin edges over `summaries` and `inspection` (reads),
+`queue.store_failed_msgs` (park) and `queue.remove_msg` (delete)."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from django.urls import reverse
-from rest_framework import status
-from rest_framework.exceptions import NotFound, PermissionDenied, ValidationError
-from rest_framework.permissions import IsAdminUser
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
+from rest_framework import serializers, status
+from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
-from deadletter import inspection, keys, queue
-from deadletter.api.serializers import row_data, summary_data
+from deadletter import inspection, keys, queue, summaries
+from deadletter.api.access import (
+    ADD,
+    DELETE,
+    DeadletterView,
+    ParsedBody,
+    ServiceUnavailable,
+    openapi,
+)
+from deadletter.api.serializers import (
+    ErrorSerializer,
+    KeySerializer,
+    MessageSerializer,
+    PageQuerySerializer,
+    PageSerializer,
+    ParkedSerializer,
+    QueueNameSerializer,
+    QueueSerializer,
+    RowSerializer,
+)
+
+NAME = OpenApiParameter(
+    "name",
+    str,
+    OpenApiParameter.PATH,
+    description="The queue's name: any text of 1..255 UTF-8 bytes without NUL, "
+    "'/' included (percent-encode what a URL path cannot hold).",
+)
+KEY = OpenApiParameter("key", str, OpenApiParameter.PATH, description="A row key, lowercase hex.")
+REFUSALS: dict[int, Any] = {
+    401: OpenApiResponse(ErrorSerializer, description="Not authenticated."),
+    403: OpenApiResponse(ErrorSerializer, description="Lacks the model permission."),
+    503: OpenApiResponse(ErrorSerializer, description="The queue database failed."),
+}
+BAD = OpenApiResponse(
+    {"type": "object", "additionalProperties": True},
+    description="Invalid input; the body names each field and what is wrong with it.",
+)
 
 
-class QueueList(APIView):
-    """Every queue with its row count and the age of the message at its head."""
+def valid_name(name: str) -> str:
+    """The queue name of the URL, or a 400 naming `name`."""
+    checked = QueueNameSerializer(data={"name": name})
+    checked.is_valid(raise_exception=True)
+    return name
 
-    permission_classes = [IsAdminUser]
 
+class QueueList(DeadletterView):
+    """Every queue: depth, oldest enqueued, oldest first failure, age of the oldest message."""
+
+    @openapi(responses={200: QueueSerializer(many=True), **REFUSALS})
     def get(self, request: Request) -> Response:
-        return Response([summary_data(s) for s in inspection.summarize_all()])
+        statuses = summaries.queue_statuses()
+        context = {"now_ns": time.time_ns()}
+        return Response(QueueSerializer(statuses, many=True, context=context).data)
 
 
-class QueueDetail(APIView):
-    permission_classes = [IsAdminUser]
+class QueueDetail(DeadletterView):
+    """One queue's summary (depth 0 when it holds nothing). A queue whose name
+    ends in `/messages` or `/drain` is read from the queue list instead."""
 
+    @openapi(parameters=[NAME], responses={200: QueueSerializer, 400: BAD, **REFUSALS})
     def get(self, request: Request, name: str) -> Response:
-        _valid_name(name)
-        return Response(summary_data(inspection.summarize(name)))
+        status_ = summaries.queue_status(valid_name(name))
+        return Response(QueueSerializer(status_, context={"now_ns": time.time_ns()}).data)
 
 
-class MessageList(APIView):
-    """A queue's rows oldest first, a page at a time: `?after=<key>&limit=<n>`
-    (keyset paging, so page 10,000 costs what page 1 does)."""
+class MessageList(DeadletterView):
+    """GET: a queue's rows oldest first, a page at a time by key (`?after=<key>&limit=<n>`:
+    page 10,000 costs what page 1 does). POST: park a message at the queue's tail."""
 
-    permission_classes = [IsAdminUser]
+    permissions = {"POST": ADD}
 
+    @openapi(
+        parameters=[NAME, PageQuerySerializer],
+        responses={200: PageSerializer, 400: BAD, **REFUSALS},
+    )
     def get(self, request: Request, name: str) -> Response:
-        _valid_name(name)
-        limit = _int_param(request, "limit", default=50, low=1, high=inspection.MAX_PAGE)
-        after = request.query_params.get("after")
-        try:
-            after_key = keys.from_text(after) if after else None
-            rows = inspection.page_rows(name, after=after_key, limit=limit)
-        except ValueError as exc:
-            raise ValidationError({"after": str(exc)}) from exc
+        valid_name(name)
+        query = PageQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        after: bytes | None = query.validated_data.get("after")
+        limit: int = query.validated_data["limit"]
+        low, high = keys.queue_bounds(name)
+        if after is not None and not low <= after < high:
+            raise ValidationError({"after": ["The key does not belong to this queue."]})
+        # One row more than asked tells whether there is a next page.
+        rows = inspection.page_rows(name, after=after, limit=limit + 1)
         next_url = None
-        if len(rows) == limit:
+        if len(rows) > limit:
+            rows = rows[:limit]
             path = reverse("deadletter-api:messages", kwargs={"name": name})
             next_url = request.build_absolute_uri(
                 f"{path}?after={keys.to_text(rows[-1].key)}&limit={limit}"
             )
-        return Response({"results": [row_data(r) for r in rows], "next": next_url})
+        return Response({"results": RowSerializer(rows, many=True).data, "next": next_url})
+
+    @openapi(
+        parameters=[NAME],
+        request=MessageSerializer,
+        responses={201: ParkedSerializer, 400: BAD, **REFUSALS},
+    )
+    def post(self, request: Request, name: str) -> Response:
+        valid_name(name)
+        body = request.data
+        if not isinstance(body, ParsedBody):
+            raise ValidationError({"payload": ["A JSON object (the message) is required."]})
+        incoming = MessageSerializer(data=dict(body))
+        incoming.is_valid(raise_exception=True)
+        key = queue.store_failed_msgs(name, incoming.validated_data["message"])
+        location = request.build_absolute_uri(
+            reverse("deadletter-api:message", kwargs={"key": keys.to_text(key)})
+        )
+        parked = ParkedSerializer({"key": keys.to_text(key), "queue": name, "url": location})
+        return Response(parked.data, status=status.HTTP_201_CREATED, headers={"Location": location})
 
 
-class MessageDetail(APIView):
-    """One row by key; DELETE dequeues it (needs the delete permission)."""
+class MessageDetail(DeadletterView):
+    """One row by key; DELETE removes it: 204 removed, 404 not there, 503 when the
+    database failed (the row then stays)."""
 
-    permission_classes = [IsAdminUser]
+    permissions = {"DELETE": DELETE}
 
-    def get(self, request: Request, key: bytes) -> Response:
-        row = inspection.get_row(key)
+    @openapi(
+        parameters=[KEY],
+        responses={200: RowSerializer, 400: BAD, 404: ErrorSerializer, **REFUSALS},
+    )
+    def get(self, request: Request, key: str) -> Response:
+        row = inspection.get_row(_key(key))
         if row is None:
-            raise NotFound("no row with that key")
-        return Response(row_data(row))
+            raise NotFound("No row with that key.")
+        return Response(RowSerializer(row).data)
 
-    def delete(self, request: Request, key: bytes) -> Response:
-        if not request.user.has_perm("deadletter.delete_queuedmessage"):
-            raise PermissionDenied("deleting needs the deadletter.delete_queuedmessage permission")
-        if inspection.get_row(key) is None:
-            raise NotFound("no row with that key")
-        queue.dequeue(key)
+    @openapi(
+        parameters=[KEY],
+        responses={204: None, 400: BAD, 404: ErrorSerializer, **REFUSALS},
+    )
+    def delete(self, request: Request, key: str) -> Response:
+        outcome = queue.remove_msg(_key(key))
+        if outcome is queue.Removal.ABSENT:
+            raise NotFound("No row with that key.")
+        if outcome is queue.Removal.FAILED:
+            raise ServiceUnavailable("The delete failed in the database; the row stays.")
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
-def _valid_name(name: str) -> None:
-    try:
-        keys.encode_queue_name(name)
-    except ValueError as exc:
-        raise ValidationError({"name": str(exc)}) from exc
+def _key(text: str) -> bytes:
+    checked = KeySerializer(data={"key": text})
+    checked.is_valid(raise_exception=True)
+    key: bytes = checked.validated_data["key"]
+    return key
 
 
-def _int_param(request: Request, name: str, *, default: int, low: int, high: int) -> int:
-    raw: Any = request.query_params.get(name)
-    if raw is None:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ValidationError({name: f"must be a whole number, got {raw!r}"}) from None
-    if not low <= value <= high:
-        raise ValidationError({name: f"must be between {low} and {high}, got {value}"})
-    return value
+__all__ = ["MessageDetail", "MessageList", "QueueDetail", "QueueList", "serializers"]

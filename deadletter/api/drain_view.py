@@ -1,0 +1,56 @@
+"""`POST queues/{name}/drain/`: one bounded drain of one queue, answered with its report."""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import OpenApiResponse
+from rest_framework import exceptions, status
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from deadletter import drain
+from deadletter.api.access import DRAIN, DeadletterView, ParsedBody, openapi
+from deadletter.api.serializers import (
+    DrainReportSerializer,
+    DrainRequestSerializer,
+    ErrorSerializer,
+)
+from deadletter.api.views import BAD, NAME, REFUSALS, valid_name
+
+
+class Conflict(exceptions.APIException):
+    status_code = status.HTTP_409_CONFLICT
+    default_detail = "Another drain holds this queue."
+    default_code = "drain_locked"
+
+
+class QueueDrain(DeadletterView):
+    """Hand up to `limit` messages of the queue to its handler, as
+    `manage.py deadletter_drain --queue NAME --limit N` does, and answer the
+    report. 409 when a drain already holds the queue (SQLite allows one at a
+    time); 400 when the queue has no handler in `DEADLETTER_HANDLERS`."""
+
+    permissions = {"POST": DRAIN}
+
+    @openapi(
+        parameters=[NAME],
+        request=DrainRequestSerializer,
+        responses={
+            200: DrainReportSerializer,
+            400: BAD,
+            409: OpenApiResponse(ErrorSerializer, description="Another drain holds the queue."),
+            **REFUSALS,
+        },
+    )
+    def post(self, request: Request, name: str) -> Response:
+        valid_name(name)
+        body = request.data if isinstance(request.data, ParsedBody) else {}
+        asked = DrainRequestSerializer(data=dict(body))
+        asked.is_valid(raise_exception=True)
+        try:
+            drainer = drain.Drainer([name], limit=asked.validated_data["limit"])
+            report = drainer.run()
+        except drain.DrainConfigError as exc:
+            raise exceptions.ValidationError({"name": [str(exc)]}) from None
+        except drain.DrainLocked as exc:
+            raise Conflict(str(exc)) from None
+        return Response(DrainReportSerializer(report.as_dict()).data)

@@ -1,0 +1,90 @@
+"""The OpenAPI 3 schema of the API (drf-spectacular) and its docs page (Swagger UI
+from drf-spectacular-sidecar: no CDN). The schema covers this API's views only,
+at the paths where the project mounted them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.apps import apps
+from django.http import HttpResponseNotFound
+from django.templatetags.static import static
+from drf_spectacular.generators import SchemaGenerator
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from deadletter.api.access import DeadletterView
+
+SCHEMA_SETTINGS: dict[str, Any] = {
+    "TITLE": "deadletter API",
+    "DESCRIPTION": "Park, list, drain and delete the messages of a dead-letter queue. "
+    "Keys travel as lowercase hex; times as RFC 3339 with up to nine fraction digits.",
+    "VERSION": "1",
+    # Separate request and response shapes, so read-only fields are not asked for.
+    "COMPONENT_SPLIT_REQUEST": True,
+}
+
+
+class DeadletterSchemaGenerator(SchemaGenerator):
+    """Only this API's endpoints, whatever else the project's URLs serve, and each
+    once: at its first mount when the project mounts the API twice."""
+
+    def _initialise_endpoints(self) -> None:
+        super()._initialise_endpoints()
+        seen: set[tuple[type, str]] = set()
+        kept = []
+        for endpoint in self.endpoints:
+            cls = getattr(endpoint[3], "cls", None)
+            if cls is None or not issubclass(cls, DeadletterView) or not cls.in_schema:
+                continue
+            if (cls, endpoint[2]) in seen:
+                continue
+            if cls.__module__.startswith("deadletter.api."):
+                seen.add((cls, endpoint[2]))
+                kept.append(endpoint)
+        self.endpoints = kept
+
+
+class SchemaView(DeadletterView, SpectacularAPIView):
+    """`schema/`: the OpenAPI 3 document (YAML, or JSON with `?format=json` or by Accept)."""
+
+    generator_class = DeadletterSchemaGenerator
+    in_schema = False
+    custom_settings = SCHEMA_SETTINGS
+
+    def get_renderers(self) -> Any:
+        return [renderer() for renderer in SpectacularAPIView.renderer_classes]
+
+
+class DocsView(DeadletterView, SpectacularSwaggerView):
+    """`schema/docs/`: Swagger UI over the schema, served from the sidecar's static files."""
+
+    url_name = "deadletter-api:schema"
+    in_schema = False
+    title = SCHEMA_SETTINGS["TITLE"]
+
+    def get_renderers(self) -> Any:
+        return [renderer() for renderer in SpectacularSwaggerView.renderer_classes]
+
+    def get(self, request: Request, *args: Any, **kwargs: Any) -> Any:
+        missing = [
+            app
+            for app in ("drf_spectacular", "drf_spectacular_sidecar")
+            if not apps.is_installed(app)
+        ]
+        if missing:
+            return HttpResponseNotFound(
+                f"The API docs page needs {' and '.join(missing)} in INSTALLED_APPS.",
+                content_type="text/plain",
+            )
+        response: Response = super().get(request, *args, **kwargs)
+        return response
+
+    @staticmethod
+    def _swagger_ui_resource(filename: str) -> str:
+        return static(f"drf_spectacular_sidecar/swagger-ui-dist/{filename}")
+
+    @staticmethod
+    def _swagger_ui_favicon() -> str:
+        return static("drf_spectacular_sidecar/swagger-ui-dist/favicon-32x32.png")
