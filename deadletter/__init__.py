@@ -20,12 +20,14 @@ __all__ = [
     "PermanentFailure",
     "Queued",
     "QueueingError",
+    "Removal",
     "adequeue",
     "afetch_failed_msgs",
     "astore_failed_msgs",
     "dequeue",
     "fetch_failed_msgs",
     "iter_failed_msgs",
+    "remove_msg",
     "store_failed_msgs",
 ]
 
@@ -37,6 +39,12 @@ _LAZY = {
 
 
 def __getattr__(name: str) -> Any:
+    """The public names, imported on first use; `MAX_QUEUE_AGE` is the
+    `DEADLETTER_MAX_QUEUE_AGE` setting in force when it is read."""
+    if name == "MAX_QUEUE_AGE":
+        from deadletter.conf import conf
+
+        return conf.MAX_QUEUE_AGE
     if name in __all__:
         module = importlib.import_module(_LAZY.get(name, "deadletter.queue"))
         return getattr(module, name)

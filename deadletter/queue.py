@@ -17,8 +17,7 @@ import enum
 import logging
 import time
 from collections.abc import Iterator
-from datetime import timedelta
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from asgiref.sync import sync_to_async
 from django.db import (
@@ -55,7 +54,9 @@ __all__ = [
 
 logger = logging.getLogger("deadletter")
 
-MAX_QUEUE_AGE = timedelta(days=30)
+ATTEMPTS_KEY = "Attempts"
+LAST_ERROR_KEY = "LastError"
+"""The `extra` keys the drain records a failed delivery under (Go-style names)."""
 
 _INSERT_ATTEMPTS = 5
 _REREAD_LIMIT = 5
@@ -89,6 +90,27 @@ class Queued(NamedTuple):
 
     key: bytes
     msg: Message
+
+    @property
+    def attempts(self) -> int:
+        """How many deliveries the drain has tried and seen fail; 0 when never tried."""
+        value = self.msg.extra.get(ATTEMPTS_KEY)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+        return 0
+
+    @property
+    def last_error(self) -> str | None:
+        """The last failed delivery's error as `ExcClass: message`; None when never tried."""
+        value = self.msg.extra.get(LAST_ERROR_KEY)
+        return value if isinstance(value, str) and value else None
+
+
+def __getattr__(name: str) -> Any:
+    """`MAX_QUEUE_AGE` is the `DEADLETTER_MAX_QUEUE_AGE` setting, read when asked."""
+    if name == "MAX_QUEUE_AGE":
+        return conf.MAX_QUEUE_AGE
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _max_age_ns() -> int:

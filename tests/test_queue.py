@@ -9,7 +9,9 @@ import time_machine
 from asgiref.sync import sync_to_async
 from django.db import connections
 
-from deadletter import codec, keys
+import deadletter
+import deadletter.queue
+from deadletter import codec, drain, keys
 from deadletter.gotime import GoTime
 from deadletter.messages import Message
 from deadletter.models import QueuedMessage
@@ -61,12 +63,65 @@ def row_keys(queue: str = "q") -> list[bytes]:
     )
 
 
-def test_max_queue_age_is_30_days() -> None:
+def test_max_queue_age_is_30_days_by_default() -> None:
     assert timedelta(days=30) == MAX_QUEUE_AGE
+    assert deadletter.MAX_QUEUE_AGE == timedelta(days=30)
+
+
+def test_max_queue_age_follows_the_setting(settings) -> None:
+    settings.DEADLETTER_MAX_QUEUE_AGE = timedelta(days=3)
+    assert deadletter.MAX_QUEUE_AGE == timedelta(days=3)
+    assert deadletter.queue.MAX_QUEUE_AGE == timedelta(days=3)
 
 
 def test_queueing_error_says_problem_with_persistent_queue() -> None:
     assert str(QueueingError()) == "problem with persistent queue"
+
+
+def test_queueing_error_names_its_cause_after_the_seeds_text() -> None:
+    try:
+        try:
+            raise OSError("disk full")
+        except OSError as exc:
+            raise QueueingError from exc
+    except QueueingError as error:
+        assert str(error) == "problem with persistent queue: OSError: disk full"
+        assert isinstance(error.__cause__, OSError)
+    assert str(QueueingError("no free key")) == "problem with persistent queue: no free key"
+
+
+def test_store_with_the_database_unreachable_says_why(unreachable_db) -> None:
+    with pytest.raises(QueueingError, match=r"^problem with persistent queue: \w+Error: ") as info:
+        store_failed_msgs("q", Message(subject="x"))
+    assert info.value.__cause__ is not None
+
+
+def test_an_unencodable_message_says_why() -> None:
+    with pytest.raises(QueueingError, match="^problem with persistent queue: .+") as info:
+        store_failed_msgs("q", Message(subject="x", extra={"Bad": object()}))
+    assert info.value.__cause__ is not None
+
+
+def test_a_message_never_tried_has_no_attempts_and_no_last_error(clock) -> None:
+    store_failed_msgs("q", msg("fresh"))
+    (fetched,) = fetch_failed_msgs("q")
+    assert fetched.attempts == 0
+    assert fetched.last_error is None
+
+
+def test_attempts_and_last_error_are_what_the_drain_recorded(clock) -> None:
+    store_failed_msgs("q", msg("flaky"))
+
+    def handler(message: Message) -> None:
+        raise ConnectionError("webhook answered 502")
+
+    for _ in range(2):
+        (item,) = fetch_failed_msgs("q")
+        assert drain.deliver(item, handler) is drain.Outcome.FAILED
+    (fetched,) = fetch_failed_msgs("q")
+    assert fetched.attempts == 2
+    assert fetched.last_error == "ConnectionError: webhook answered 502"
+    assert fetched.msg.extra[drain.ATTEMPTS_KEY] == fetched.attempts
 
 
 def test_fetch_returns_messages_oldest_first(clock) -> None:
