@@ -4,8 +4,10 @@
  * `codec._message` checks each decoded message against the shape Go writes
  * and builds a `Message`; in Python that costs more than cbor2's decoding
  * itself. `go_message` does the same for the one shape Go writes (its eight
- * keys in order, canonical RFC 3339 times between the years 1678 and 2262,
- * str, list-of-str and int values) and returns None for anything else, which
+ * keys in order, canonical RFC 3339 times between the years 1678 and 2262 in
+ * offsets `datetime` holds, str, list-of-str and int values; times become
+ * `GoTime`s, `datetime`s that keep Go's nanoseconds and text) and returns
+ * None for anything else, which
  * the Python code then reads and judges. So this module never decides that a
  * value is corrupt: it only answers "yes, exactly Go's shape" faster, and
  * tests/test_speedups.py checks that answer against the Python one.
@@ -16,6 +18,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <datetime.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -23,6 +26,9 @@
 /* Seconds whose nanoseconds still fit in a signed 64-bit integer. */
 #define MAX_SECONDS 9223372035LL
 #define FIELD_COUNT 8
+#ifndef Py_T_OBJECT_EX
+#define Py_T_OBJECT_EX 16 /* T_OBJECT_EX before Python 3.12 */
+#endif
 
 static PyObject *message_type;  /* deadletter.messages.Message */
 static PyObject *gotime_type;   /* deadletter.gotime.GoTime */
@@ -31,7 +37,11 @@ static PyObject *event_codes;   /* {int: EventCode} */
 static PyObject *go_keys;       /* Go's eight field names, in Go's order */
 static PyObject *attributes;    /* Message's nine attribute names, `extra` last */
 static PyObject *dict_name;     /* "__dict__" */
-static PyObject *v_name;        /* "_v", GoTime's one slot */
+/* Where GoTime keeps the instant in nanoseconds and Go's text: its slots. */
+static Py_ssize_t unix_ns_offset = -1, text_offset = -1;
+/* A timezone for each whole-minute offset datetime holds, made once. */
+#define ZONE_MINUTES 1439
+static PyObject *zones[2 * ZONE_MINUTES + 1];
 static PyObject *format_name;   /* "format" */
 static PyObject *event_code_type; /* deadletter.messages.EventCode */
 
@@ -69,8 +79,13 @@ days_from_civil(int64_t year, int month, int day)
  * for any other text and for years outside the 64-bit nanosecond range or
  * before 0002 (Go's zero time): the caller then takes the Python path.
  */
+typedef struct {
+    int year, month, day, hour, minute, second, offset;
+    long long nanos, unix_ns;
+} GoClock;
+
 static int
-read_time(PyObject *text, long long *unix_ns, int *offset)
+read_time(PyObject *text, GoClock *clock)
 {
     static const int month_days[13] = {0, 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
     Py_ssize_t size;
@@ -119,61 +134,92 @@ read_time(PyObject *text, long long *unix_ns, int *offset)
     }
     end = size - position;
     if (end == 1 && s[position] == 'Z') {
-        *offset = 0;
+        clock->offset = 0;
     }
     else if (end == 6 && (s[position] == '+' || s[position] == '-') && s[position + 3] == ':'
              && two_digits(s + position + 1, &zone_hours)
              && two_digits(s + position + 4, &zone_minutes)) {
-        if (zone_hours > 24 || zone_minutes > 59 || (zone_hours == 0 && zone_minutes == 0)) {
+        /* Go writes up to ±24:00; `datetime` holds less than a day (the Python
+         * code makes that a GoOnlyTime). */
+        if (zone_hours > 23 || zone_minutes > 59 || (zone_hours == 0 && zone_minutes == 0)) {
             return 0;
         }
-        *offset = zone_hours * 3600 + zone_minutes * 60;
+        clock->offset = zone_hours * 3600 + zone_minutes * 60;
         if (s[position] == '-') {
-            *offset = -*offset;
+            clock->offset = -clock->offset;
         }
     }
     else {
         return 0;
     }
     seconds = days_from_civil(year, month, day) * 86400LL + hour * 3600 + minute * 60 + second
-              - *offset;
+              - clock->offset;
     if (seconds > MAX_SECONDS || seconds < -MAX_SECONDS) {
         return 0;
     }
-    *unix_ns = seconds * NS_PER_SECOND + nanos;
+    clock->unix_ns = seconds * NS_PER_SECOND + nanos;
+    clock->year = year;
+    clock->month = month;
+    clock->day = day;
+    clock->hour = hour;
+    clock->minute = minute;
+    clock->second = second;
+    clock->nanos = nanos;
     return 1;
 }
 
-/* A GoTime holding `(unix_ns, offset, text)`, as `GoTime.format` leaves it. */
+/* The timezone `offset` seconds east of UTC (a whole number of minutes). */
 static PyObject *
-new_time(PyObject *text, long long unix_ns, int offset)
+zone_of(int offset)
 {
-    PyObject *time, *value;
-    int failed;
+    int index = offset / 60 + ZONE_MINUTES;
+    PyObject *delta;
 
-    value = PyTuple_New(3);
-    if (value == NULL) {
+    if (zones[index] == NULL) {
+        if (offset == 0) {
+            zones[index] = Py_NewRef(PyDateTime_TimeZone_UTC);
+        }
+        else {
+            delta = PyDelta_FromDSU(0, offset, 0);
+            if (delta == NULL) {
+                return NULL;
+            }
+            zones[index] = PyTimeZone_FromOffset(delta);
+            Py_DECREF(delta);
+        }
+    }
+    return zones[index];
+}
+
+static void
+set_slot(PyObject *object, Py_ssize_t offset, PyObject *value)
+{
+    Py_XSETREF(*(PyObject **)((char *)object + offset), value);
+}
+
+/* A GoTime at `clock`, keeping `text`, as `gotime.from_go_text` makes it. */
+static PyObject *
+new_time(PyObject *text, const GoClock *clock)
+{
+    PyObject *time, *zone, *unix_ns;
+
+    zone = zone_of(clock->offset);
+    if (zone == NULL) {
         return NULL;
     }
-    PyTuple_SET_ITEM(value, 0, PyLong_FromLongLong(unix_ns));
-    PyTuple_SET_ITEM(value, 1, PyLong_FromLong(offset));
-    PyTuple_SET_ITEM(value, 2, Py_NewRef(text));
-    if (PyTuple_GET_ITEM(value, 0) == NULL || PyTuple_GET_ITEM(value, 1) == NULL) {
-        Py_DECREF(value);
+    unix_ns = PyLong_FromLongLong(clock->unix_ns);
+    if (unix_ns == NULL) {
         return NULL;
     }
-    time = ((PyTypeObject *)gotime_type)->tp_alloc((PyTypeObject *)gotime_type, 0);
+    time = PyDateTimeAPI->DateTime_FromDateAndTime(
+        clock->year, clock->month, clock->day, clock->hour, clock->minute, clock->second,
+        (int)(clock->nanos / 1000), zone, (PyTypeObject *)gotime_type);
     if (time == NULL) {
-        Py_DECREF(value);
+        Py_DECREF(unix_ns);
         return NULL;
     }
-    /* The slot's own descriptor, past GoTime.__setattr__ (which refuses). */
-    failed = PyObject_GenericSetAttr(time, v_name, value);
-    Py_DECREF(value);
-    if (failed) {
-        Py_DECREF(time);
-        return NULL;
-    }
+    set_slot(time, unix_ns_offset, unix_ns);
+    set_slot(time, text_offset, Py_NewRef(text));
     return time;
 }
 
@@ -183,18 +229,17 @@ new_time(PyObject *text, long long unix_ns, int offset)
 static int
 read_time_field(PyObject *raw, PyObject **result)
 {
-    long long unix_ns;
-    int offset;
+    GoClock clock;
 
     if (raw == Py_None) {
         *result = Py_NewRef(Py_None);
         return 0;
     }
-    if (!read_time(raw, &unix_ns, &offset)) {
+    if (!read_time(raw, &clock)) {
         *result = NULL;
         return 0;
     }
-    *result = new_time(raw, unix_ns, offset);
+    *result = new_time(raw, &clock);
     return *result == NULL ? -1 : 0;
 }
 
@@ -282,7 +327,7 @@ go_message(PyObject *module, PyObject *item)
     if (code_value == -1 && PyErr_Occurred()) {
         return NULL;
     }
-    if (overflow || code_value < 0) {
+    if (overflow) {
         Py_RETURN_NONE;
     }
     if (read_time_field(values[0], &timestamp) < 0) {
@@ -430,10 +475,16 @@ wire_time(PyObject *time, PyObject **text)
     if (Py_TYPE(time) != (PyTypeObject *)gotime_type) {
         return 0;
     }
-    formatted = PyObject_CallMethodNoArgs(time, format_name);
-    if (formatted == NULL) {
-        PyErr_Clear();
-        return 0;
+    formatted = *(PyObject **)((char *)time + text_offset);
+    if (formatted != NULL && formatted != Py_None) {
+        Py_INCREF(formatted);
+    }
+    else {
+        formatted = PyObject_CallMethodNoArgs(time, format_name);
+        if (formatted == NULL) {
+            PyErr_Clear();
+            return 0;
+        }
     }
     data = PyUnicode_CheckExact(formatted) ? PyUnicode_AsUTF8AndSize(formatted, &size) : NULL;
     if (data == NULL || size < 4 || memcmp(data, "0002", 4) < 0) {
@@ -454,8 +505,8 @@ static PyObject *
 go_encode(PyObject *module, PyObject *msg)
 {
     PyObject *values[FIELD_COUNT + 1] = {NULL}, *times[2] = {NULL, NULL}, *result = NULL;
-    long long code = -1;
-    int overflow = 0, i, shaped = 0;
+    long long code = 0;
+    int overflow = 1, i, shaped = 0;
     Writer writer = {NULL, 0};
 
     if (!is_configured()) {
@@ -481,7 +532,7 @@ go_encode(PyObject *module, PyObject *msg)
             goto done;
         }
     }
-    shaped = shaped && code >= 0 && !overflow && text_utf8(values[2]) && text_utf8(values[3])
+    shaped = shaped && !overflow && text_utf8(values[2]) && text_utf8(values[3])
              && is_list_of(values[4], text_utf8) && is_list_of(values[5], text_utf8)
              && is_list_of(values[6], text_utf8) && PyDict_CheckExact(values[8])
              && PyDict_GET_SIZE(values[8]) == 0;
@@ -508,8 +559,11 @@ go_encode(PyObject *module, PyObject *msg)
             else if (i < 7) {
                 put_text_list(&writer, values[i]);
             }
-            else {
+            else if (code >= 0) {
                 put_head(&writer, 0, (uint64_t)code);
+            }
+            else {
+                put_head(&writer, 1, (uint64_t)(-1 - code));
             }
         }
         if (writer.out != NULL) {
@@ -539,13 +593,27 @@ PyDoc_STRVAR(read_go_time_doc,
 static PyObject *
 read_go_time(PyObject *module, PyObject *text)
 {
-    long long unix_ns;
-    int offset;
+    GoClock clock;
 
-    if (!read_time(text, &unix_ns, &offset)) {
+    if (!read_time(text, &clock)) {
         Py_RETURN_NONE;
     }
-    return Py_BuildValue("(Li)", unix_ns, offset);
+    return Py_BuildValue("(Li)", clock.unix_ns, clock.offset);
+}
+
+/* The offset in a `type` instance of its __slots__ entry `name`. */
+static int
+slot_offset(PyObject *type, const char *name, Py_ssize_t *offset)
+{
+    PyObject *descriptor = PyDict_GetItemString(((PyTypeObject *)type)->tp_dict, name);
+
+    if (descriptor == NULL || !Py_IS_TYPE(descriptor, &PyMemberDescr_Type)
+        || ((PyMemberDescrObject *)descriptor)->d_member->type != Py_T_OBJECT_EX) {
+        PyErr_Format(PyExc_TypeError, "gotime_type needs a __slots__ entry %s", name);
+        return -1;
+    }
+    *offset = ((PyMemberDescrObject *)descriptor)->d_member->offset;
+    return 0;
 }
 
 PyDoc_STRVAR(setup_doc,
@@ -575,6 +643,11 @@ setup(PyObject *module, PyObject *args)
             PyErr_SetString(PyExc_TypeError, "field names must be str, Go's ASCII");
             return NULL;
         }
+    }
+    if (!PyType_IsSubtype((PyTypeObject *)new_gotime, PyDateTimeAPI->DateTimeType)
+        || slot_offset(new_gotime, "_unix_ns", &unix_ns_offset) < 0
+        || slot_offset(new_gotime, "_text", &text_offset) < 0) {
+        return NULL;
     }
     new_template = PyDict_New();
     if (new_template == NULL) {
@@ -621,8 +694,11 @@ PyInit__speedups(void)
 {
     dict_name = PyUnicode_InternFromString("__dict__");
     format_name = PyUnicode_InternFromString("format");
-    v_name = PyUnicode_InternFromString("_v");
-    if (dict_name == NULL || format_name == NULL || v_name == NULL) {
+    if (dict_name == NULL || format_name == NULL) {
+        return NULL;
+    }
+    PyDateTime_IMPORT;
+    if (PyDateTimeAPI == NULL) {
         return NULL;
     }
     return PyModule_Create(&speedups_module);

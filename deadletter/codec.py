@@ -22,8 +22,7 @@ from typing import Any
 import cbor2
 
 from deadletter.exceptions import DeadletterError
-from deadletter.gotime import GoTime, _canonical, _set_v, from_go_text
-from deadletter.gotime import read_go_text as _read_go_text
+from deadletter.gotime import GoOnlyTime, GoTime, from_go_text
 from deadletter.messages import EventCode, Message
 
 __all__ = [
@@ -59,6 +58,7 @@ _loads = cbor2.loads
 _GO_ZERO_NS = GoTime.parse("0001-01-01T00:00:00Z").unix_ns
 _MIN_EPOCH_NS = GoTime.parse("0000-01-01T00:00:00Z").unix_ns
 _MAX_EPOCH_NS = GoTime.parse("9999-12-31T23:59:59.999999999Z").unix_ns
+_MIN_CODE = -(2**63)  # Go's EventCode is a plain int: 64 bits, signed
 _MAX_CODE = 2**63 - 1
 _MAX_DEPTH = 32  # Go's fxamacker/cbor default MaxNestedLevels
 _INDEFINITE = -1
@@ -281,26 +281,11 @@ def _message(item: Any, index: int) -> Message:
     # the converters' error paths for anything else.
     timestamp, queued_at, username, subject, descriptions, fields, skip, code = item.values()
     if type(timestamp) is str:
-        text = timestamp
-        if _canonical(text) is not None and text >= "0002":
-            timestamp = _new(GoTime)  # keeps the text; read when first needed
-            _set_v(timestamp, text)
-        else:
-            timestamp = _go_text(text, index, "Timestamp")
+        timestamp = _go_text(timestamp, index, "Timestamp")
     elif timestamp is not None:
         timestamp = _time(timestamp, index, "Timestamp")
     if type(queued_at) is str:
-        # The queue reads every `queued_at` (the age rule): read it at once
-        # when that is cheap (an hour seen before), else as for `timestamp`.
-        text = queued_at
-        queued_at = _read_go_text(text)
-        if queued_at is not None:
-            pass
-        elif _canonical(text) is not None and text >= "0002":
-            queued_at = _new(GoTime)
-            _set_v(queued_at, text)
-        else:
-            queued_at = _go_text(text, index, "QueuedAt")
+        queued_at = _go_text(queued_at, index, "QueuedAt")
     elif queued_at is not None:
         queued_at = _time(queued_at, index, "QueuedAt")
     if type(username) is not str:
@@ -325,7 +310,7 @@ def _message(item: Any, index: int) -> Message:
         descriptions = _text_list(descriptions, index, "Descriptions")
         fields = _text_list(fields, index, "Fields")
         skip = _text_list(skip, index, "SkipRecipients")
-    if type(code) is not int or not 0 <= code <= _MAX_CODE:
+    if type(code) is not int or not _MIN_CODE <= code <= _MAX_CODE:
         code = _code(code, index, "Code")
     msg = _new(Message)
     msg.__dict__ = {
@@ -361,7 +346,7 @@ def _generic_message(item: Any, index: int) -> Message:
     return Message(**values, extra=extra)
 
 
-def _go_text(text: str, index: int, name: str) -> GoTime | None:
+def _go_text(text: str, index: int, name: str) -> GoTime | GoOnlyTime | None:
     """A time as Go writes it: text, kept as it came when it is Go's canonical form."""
     try:
         time = from_go_text(text)
@@ -370,7 +355,7 @@ def _go_text(text: str, index: int, name: str) -> GoTime | None:
     return None if text < "0002" and time.is_zero() else time
 
 
-def _time(raw: Any, index: int, name: str) -> GoTime | None:
+def _time(raw: Any, index: int, name: str) -> GoTime | GoOnlyTime | None:
     kind = type(raw)
     if kind is str:
         text = raw
@@ -387,7 +372,7 @@ def _time(raw: Any, index: int, name: str) -> GoTime | None:
     return _go_text(text, index, name)
 
 
-def _epoch(seconds: int | float, index: int, name: str) -> GoTime | None:
+def _epoch(seconds: int | float, index: int, name: str) -> GoTime | GoOnlyTime | None:
     """Go's reading of an epoch: whole seconds, fraction truncated to nanoseconds, UTC."""
     if type(seconds) is float:
         if not math.isfinite(seconds):
@@ -398,7 +383,7 @@ def _epoch(seconds: int | float, index: int, name: str) -> GoTime | None:
         unix_ns = int(seconds) * _NS
     if not _MIN_EPOCH_NS <= unix_ns <= _MAX_EPOCH_NS:
         raise CodecError(f"message {index}: {name}: epoch {seconds} is outside years 0000..9999")
-    return None if unix_ns == _GO_ZERO_NS else GoTime(unix_ns)
+    return None if unix_ns == _GO_ZERO_NS else GoTime.from_unix_ns(unix_ns)
 
 
 def _text(raw: Any, index: int, name: str) -> str:
@@ -424,11 +409,11 @@ def _text_list(raw: Any, index: int, name: str) -> list[str] | None:
 
 
 def _code(raw: Any, index: int, name: str) -> int:
-    if type(raw) is int and 0 <= raw <= _MAX_CODE:
+    if type(raw) is int and _MIN_CODE <= raw <= _MAX_CODE:
         return raw
     if raw is None or raw is _UNDEFINED:
         return 0
-    raise _wrong_type(index, name, f"an integer in 0..{_MAX_CODE}", raw)
+    raise _wrong_type(index, name, f"an integer in {_MIN_CODE}..{_MAX_CODE}", raw)
 
 
 def _wrong_type(index: int, name: str, expected: str, raw: Any) -> CodecError:
@@ -523,8 +508,8 @@ def _wire_map(msg: Message, index: int) -> dict[str, Any]:
             raise _wrong_type(index, "Code", "an int", code)
         else:
             code = int(code)
-    if not 0 <= code <= _MAX_CODE:
-        raise CodecError(f"message {index}: Code: {code} is outside 0..{_MAX_CODE}")
+    if not _MIN_CODE <= code <= _MAX_CODE:
+        raise CodecError(f"message {index}: Code: {code} is outside {_MIN_CODE}..{_MAX_CODE}")
     timestamp: str | None = None
     queued_at: str | None = None
     if msg.timestamp is not None:
@@ -554,14 +539,15 @@ def _wire_map(msg: Message, index: int) -> dict[str, Any]:
     return wire
 
 
-def _wire_time(time: GoTime | datetime, index: int, name: str) -> str | None:
-    if type(time) is not GoTime and not isinstance(time, GoTime):
-        if not isinstance(time, datetime):
-            raise _wrong_type(index, name, "a GoTime, datetime or None", time)
-        try:
-            time = GoTime.from_datetime(time)
-        except ValueError as exc:
-            raise CodecError(f"message {index}: {name}: {exc}") from None
+def _wire_time(time: GoTime | GoOnlyTime | datetime, index: int, name: str) -> str | None:
+    if type(time) is not GoTime and type(time) is not GoOnlyTime:
+        if not isinstance(time, datetime | GoOnlyTime):
+            raise _wrong_type(index, name, "a datetime or None", time)
+        if isinstance(time, datetime):
+            try:
+                time = GoTime.from_datetime(time)
+            except ValueError as exc:
+                raise CodecError(f"message {index}: {name}: {exc}") from None
     if time.is_zero():
         return None
     try:

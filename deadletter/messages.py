@@ -7,7 +7,7 @@ import enum
 from datetime import datetime
 from typing import Any
 
-from deadletter.gotime import GoTime
+from deadletter.gotime import GoOnlyTime, GoTime
 
 __all__ = ["EventCode", "Message"]
 
@@ -20,27 +20,29 @@ class EventCode(enum.IntEnum):
     NATIONAL_EXAM = 4
 
 
-def _as_gotime(value: GoTime | datetime | None) -> GoTime | None:
-    if value is None or isinstance(value, GoTime):
+def _as_gotime(value: datetime | GoOnlyTime | None) -> GoTime | GoOnlyTime | None:
+    if value is None or type(value) is GoTime or type(value) is GoOnlyTime:
         return value
     if isinstance(value, datetime):
         return GoTime.from_datetime(value)
-    raise TypeError(f"expected GoTime, datetime or None, got {type(value).__name__}")
+    raise TypeError(f"expected an aware datetime or None, got {type(value).__name__}")
 
 
 @dataclasses.dataclass(eq=True)
 class Message:
     """One failed message.
 
-    Times are `GoTime` so nanoseconds and the writer's UTC offset survive a
-    round trip (a `datetime` given here is converted). `None` stands for Go's
-    zero time and for a nil list; an empty list stays an empty list, because
+    Times are aware `datetime`s: `GoTime`s, which also keep the nanoseconds
+    and the text Go wrote, so a round trip writes Go's bytes back (a plain
+    aware `datetime` given here is converted; a naive one is a `ValueError`).
+    A time `datetime` cannot hold (year 0, a ±24:00 offset) is a `GoOnlyTime`.
+    `None` stands for Go's zero time and for a nil list; an empty list stays an empty list, because
     Go tells them apart on the wire. `extra` holds map keys this app does not
     know, in their original order, so they are written back unchanged.
     """
 
-    timestamp: GoTime | None = None
-    queued_at: GoTime | None = None
+    timestamp: GoTime | GoOnlyTime | None = None
+    queued_at: GoTime | GoOnlyTime | None = None
     username: str = ""
     subject: str = ""
     descriptions: list[str] | None = None

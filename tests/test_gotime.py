@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from deadletter.gotime import GoTime, read_go_text
+from deadletter.gotime import GoOnlyTime, GoTime, _parse_any
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "go-cbor"
 MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())
@@ -80,8 +80,8 @@ def test_offset_zero_is_written_as_z() -> None:
 
 def test_offset_zero_is_written_as_z_however_many_zones_were_formatted_before() -> None:
     for minutes in range(-1440, 1441):
-        GoTime(0, minutes * 60).format()
-        GoTime(0, minutes * 60 + 1).format()
+        GoTime.from_unix_ns(0, minutes * 60).format()
+        GoTime.from_unix_ns(0, minutes * 60 + 1).format()
     assert GoTime(0).format() == "1970-01-01T00:00:00Z"
 
 
@@ -90,14 +90,12 @@ def test_a_non_zero_offset_is_written_as_hours_and_minutes() -> None:
     assert GoTime(utc.unix_ns, 7200).format() == "2026-07-04T14:00:00+02:00"
 
 
-def test_the_same_instant_in_two_zones_is_not_equal_but_not_ordered_either() -> None:
+def test_the_same_instant_in_two_zones_is_equal_as_datetimes_are_yet_written_as_it_came() -> None:
     utc = GoTime.parse("2026-07-04T12:00:00Z")
     zagreb = GoTime.parse("2026-07-04T14:00:00+02:00")
-    assert utc != zagreb
-    assert not utc < zagreb
-    assert not utc > zagreb
-    assert utc <= zagreb
-    assert utc >= zagreb
+    assert utc == zagreb
+    assert hash(utc) == hash(zagreb)
+    assert (utc.format(), zagreb.format()) == ("2026-07-04T12:00:00Z", "2026-07-04T14:00:00+02:00")
 
 
 def test_times_order_by_instant_not_by_wall_clock() -> None:
@@ -116,8 +114,10 @@ def test_equal_times_hash_equal() -> None:
     assert hash(GoTime.parse("2026-01-01T00:00:00Z")) == hash(GoTime(1_767_225_600 * NS))
 
 
-def test_str_is_the_go_text() -> None:
-    assert str(GoTime.parse("2026-01-01T00:00:00.5+01:00")) == "2026-01-01T00:00:00.5+01:00"
+def test_str_is_datetimes_and_format_is_gos() -> None:
+    t = GoTime.parse("2026-01-01T00:00:00.5+01:00")
+    assert str(t) == "2026-01-01 00:00:00.500000+01:00"
+    assert t.format() == "2026-01-01T00:00:00.5+01:00"
 
 
 def test_an_offset_with_seconds_prints_only_hours_and_minutes_like_go() -> None:
@@ -190,12 +190,12 @@ def test_text_go_would_not_write_is_refused(text: str) -> None:
 
 def test_a_year_beyond_9999_cannot_be_formatted() -> None:
     with pytest.raises(ValueError):
-        GoTime(MAX_NS + 1).format()
+        GoTime.from_unix_ns(MAX_NS + 1).format()
 
 
 def test_a_year_before_0000_cannot_be_formatted() -> None:
     with pytest.raises(ValueError):
-        GoTime(MIN_NS - 1).format()
+        GoTime.from_unix_ns(MIN_NS - 1).format()
 
 
 def test_go_zero_time_is_zero() -> None:
@@ -264,8 +264,10 @@ instants = st.one_of(
 @settings(max_examples=300, deadline=None)
 @given(instants, offsets)
 def test_parse_reads_back_every_time_format_writes(unix_ns: int, offset: int) -> None:
-    t = GoTime(unix_ns, offset)
-    assert GoTime.parse(t.format()) == t
+    t = GoTime.from_unix_ns(unix_ns, offset)
+    back = GoTime.parse(t.format())
+    assert back == t
+    assert (back.unix_ns, back.offset) == (t.unix_ns, t.offset)
 
 
 @settings(max_examples=300, deadline=None)
@@ -331,7 +333,7 @@ def near_go_text(draw: st.DrawFn) -> str:
 def strict_reading(text: str) -> tuple[int, int] | None:
     """What the full parser (`GoTime._parse_any`, no kept text) makes of `text`."""
     try:
-        t = GoTime._parse_any(text)
+        t = _parse_any(text)
     except ValueError:
         return None
     return t.unix_ns, t.offset
@@ -347,23 +349,9 @@ def test_parse_accepts_and_reads_exactly_what_the_full_parser_does(text: str) ->
         return
     t = GoTime.parse(text)
     assert (t.unix_ns, t.offset) == expected
-    assert t == GoTime(*expected)
-    assert hash(t) == hash(GoTime(*expected))
-    assert t.format() == GoTime(*expected).format()
-
-
-@settings(max_examples=300, deadline=None)
-@given(near_go_text())
-def test_the_codecs_eager_reading_agrees_with_parse(text: str) -> None:
-    expected = strict_reading(text)
-    if expected is not None:
-        assert GoTime.parse(text).unix_ns == expected[0]  # the eager path now knows the hour
-    t = read_go_text(text)
-    if t is None:
-        return
-    assert expected is not None
-    assert (t.unix_ns, t.offset) == expected
-    assert t.format() == text
+    assert t == GoTime.from_unix_ns(*expected)
+    assert hash(t) == hash(GoTime.from_unix_ns(*expected))
+    assert t.format() == GoTime.from_unix_ns(*expected).format()
 
 
 @pytest.mark.parametrize(
@@ -376,7 +364,7 @@ def test_the_codecs_eager_reading_agrees_with_parse(text: str) -> None:
     ],
 )
 def test_go_text_is_kept_and_every_field_reads_the_same_in_any_order(text: str) -> None:
-    expected = GoTime._parse_any(text)
+    expected = _parse_any(text)
     assert GoTime.parse(text).format() == text
     assert GoTime.parse(text).offset == expected.offset
     assert GoTime.parse(text).unix_ns == expected.unix_ns
@@ -445,3 +433,120 @@ def test_a_time_matches_by_its_fields() -> None:
             assert (unix_ns, offset) == (0, 3600)
         case _:
             pytest.fail("no match")
+
+
+# --- a GoTime is a datetime ---------------------------------------------------------------
+
+
+def test_a_time_is_an_aware_datetime_with_its_fields() -> None:
+    t = GoTime.parse("2026-11-30T10:27:43.547857549+01:00")
+    assert isinstance(t, datetime)
+    assert (t.year, t.month, t.day, t.hour, t.minute, t.second) == (2026, 11, 30, 10, 27, 43)
+    assert (t.microsecond, t.nanosecond) == (547857, 549)
+    assert t.utcoffset() == timedelta(hours=1)
+
+
+def test_subtracting_times_and_datetimes_gives_a_timedelta() -> None:
+    t = GoTime.parse("2026-11-30T10:00:00Z")
+    assert datetime(2026, 11, 30, 12, tzinfo=UTC) - t == timedelta(hours=2)
+    assert t - datetime(2026, 11, 30, 9, tzinfo=UTC) == timedelta(hours=1)
+    assert isinstance(datetime.now(UTC) - GoTime.now(), timedelta)
+
+
+def test_a_time_equals_the_plain_datetime_of_its_instant_unless_it_has_nanoseconds() -> None:
+    whole = GoTime.parse("2026-11-30T11:00:00.5+01:00")
+    assert whole == datetime(2026, 11, 30, 10, 0, 0, 500000, tzinfo=UTC)
+    assert hash(whole) == hash(datetime(2026, 11, 30, 10, 0, 0, 500000, tzinfo=UTC))
+    finer = GoTime.parse("2026-11-30T10:00:00.500000001Z")
+    plain = datetime(2026, 11, 30, 10, 0, 0, 500000, tzinfo=UTC)
+    assert finer != plain
+    assert finer > plain and plain < finer
+    assert not finer < plain and not plain > finer
+    assert finer >= plain and plain <= finer
+
+
+def test_times_compare_to_the_nanosecond() -> None:
+    a = GoTime.parse("2026-11-30T10:00:00.000000001Z")
+    b = GoTime.parse("2026-11-30T10:00:00.000000002Z")
+    assert a < b and a != b and sorted([b, a]) == [a, b]
+
+
+def test_comparing_with_a_naive_datetime_is_a_type_error_as_for_datetimes() -> None:
+    with pytest.raises(TypeError):
+        assert GoTime(0) < datetime(2026, 1, 1)
+    assert GoTime(0) != datetime(1970, 1, 1)
+
+
+def test_astimezone_and_adding_a_timedelta_keep_the_nanoseconds() -> None:
+    t = GoTime.parse("2026-11-30T10:00:00.123456789Z")
+    moved = t.astimezone(timezone(timedelta(hours=-5)))
+    assert moved.format() == "2026-11-30T05:00:00.123456789-05:00"
+    assert moved == t
+    assert (t + timedelta(days=1)).format() == "2026-12-01T10:00:00.123456789Z"
+    assert (timedelta(seconds=1) + t).format() == "2026-11-30T10:00:01.123456789Z"
+    assert (t - timedelta(hours=1)).format() == "2026-11-30T09:00:00.123456789Z"
+
+
+def test_replace_keeps_microseconds_and_writes_the_new_time() -> None:
+    t = GoTime.parse("2026-11-30T10:00:00.123456789Z")
+    assert t.replace(year=2020).format() == "2020-11-30T10:00:00.123456Z"
+
+
+def test_a_naive_datetime_signature_gives_a_plain_datetime() -> None:
+    made = GoTime(2026, 1, 1)
+    assert type(made) is datetime
+    aware = GoTime(2026, 1, 1, tzinfo=UTC)
+    assert type(aware) is GoTime and aware.format() == "2026-01-01T00:00:00Z"
+
+
+def test_djangos_date_filter_renders_a_time() -> None:
+    from django.template import Context, Template
+
+    rendered = Template('{{ t|date:"Y-m-d H:i:s.u e" }}').render(
+        Context({"t": GoTime.parse("2026-11-30T10:27:43.547857549+01:00")})
+    )
+    assert rendered == "2026-11-30 09:27:43.547857 UTC"  # in the current time zone
+
+
+def test_djangos_json_encoder_writes_a_time() -> None:
+    from django.core.serializers.json import DjangoJSONEncoder
+
+    text = json.dumps(GoTime.parse("2026-11-30T10:27:43.547857549Z"), cls=DjangoJSONEncoder)
+    assert text == '"2026-11-30T10:27:43.547Z"'
+
+
+def test_drfs_datetime_field_writes_a_time() -> None:
+    from django.test import override_settings
+    from rest_framework import serializers
+
+    with override_settings(USE_TZ=True, TIME_ZONE="UTC"):
+        field = serializers.DateTimeField()
+        rendered = field.to_representation(GoTime.parse("2026-11-30T11:27:43.5+01:00"))
+    assert rendered == "2026-11-30T10:27:43.500000Z"
+
+
+# --- what datetime cannot hold ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text", ["0000-06-01T00:00:00Z", "2026-01-01T00:00:00+24:00", "2026-01-01T00:00:00-24:00"]
+)
+def test_a_time_datetime_cannot_hold_is_a_go_only_time_written_back_unchanged(text: str) -> None:
+    t = GoTime.parse(text)
+    assert type(t) is GoOnlyTime
+    assert t.format() == text
+    assert t == GoTime.from_unix_ns(t.unix_ns, t.offset)
+    with pytest.raises(ValueError):
+        t.to_datetime()
+
+
+def test_a_go_only_time_orders_with_times_and_hashes_like_the_equal_one() -> None:
+    far = GoTime.parse("2026-01-02T00:00:00+24:00")
+    same = GoTime.parse("2026-01-01T00:00:00Z")
+    assert far == same and hash(far) == hash(same)
+    assert GoTime.parse("0000-06-01T00:00:00Z") < same
+
+
+def test_the_constructor_refuses_what_datetime_cannot_hold() -> None:
+    with pytest.raises(ValueError, match="from_unix_ns"):
+        GoTime(0, 86_400)
