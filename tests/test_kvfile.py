@@ -545,3 +545,22 @@ def test_a_corrupt_aggregate_in_the_file_refuses_the_export_naming_the_queue(
     with pytest.raises(kvfile.KvFileError, match="legacy row of queue 'q' does not decode"):
         kvfile.export_kv(target)
     assert sha256(target) == before
+
+
+# --- parking never waits on a long import ---------------------------------------------
+
+
+@pytest.mark.slow
+def test_every_store_succeeds_while_a_large_file_is_imported(tmp_path: Path) -> None:
+    from tests.test_legacy import LARGE, parking_continuously
+
+    per_message = [row("q", T0 + i, 1, msg(f"row {i}")) for i in range(LARGE // 2)]
+    source = make_kv(
+        tmp_path / "go.sqlite",
+        [legacy("q", *(msg(f"legacy {i}") for i in range(LARGE))), *per_message],
+    )
+    with parking_continuously() as parked:
+        report = kvfile.import_kv(source)
+    assert parked.failed == []
+    assert report.total.written == LARGE + LARGE // 2
+    assert QueuedMessage.objects.count() == report.total.written + parked.stored

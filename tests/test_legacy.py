@@ -1,12 +1,18 @@
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import threading
+from collections.abc import Iterator
+
 import pytest
-from django.db import connection
+from django.db import connection, connections
 
 from deadletter import codec, keys, legacy, sql
 from deadletter.gotime import GoTime
 from deadletter.messages import Message
 from deadletter.models import QueuedMessage
+from deadletter.queue import QueueingError, fetch_failed_msgs, iter_failed_msgs, store_failed_msgs
 from deadletter.sql import TABLE
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -124,3 +130,67 @@ def test_a_split_that_lost_the_race_writes_nothing() -> None:
     with pytest.raises(sql.Conflict):
         legacy.split_legacy_row(connection, TABLE, b"q", blob, now_ns=10**18)
     assert table() == before
+
+
+# --- parking never waits on a long split ----------------------------------------
+
+LARGE = 60_000  # one transaction for all of it holds the write lock well over a second
+
+
+@dataclasses.dataclass
+class Parked:
+    stored: int = 0
+    failed: list[QueueingError] = dataclasses.field(default_factory=list)
+
+
+@contextlib.contextmanager
+def parking_continuously(queue: str = "parked") -> Iterator[Parked]:
+    """Park a message every few ms from another thread (its own connection) meanwhile.
+
+    The parker waits at most 0.3 s for a lock (SQLite's busy timeout, PostgreSQL's
+    lock_timeout), not the 30 s of the settings: a job that held the write lock
+    for longer would make a store fail here (the old single transaction did).
+    """
+    parked = Parked()
+    stop = threading.Event()
+
+    def park() -> None:
+        own = connections["default"]
+        try:
+            with own.cursor() as cursor:
+                if own.vendor == "sqlite":
+                    cursor.execute("PRAGMA busy_timeout = 300")
+                else:
+                    cursor.execute("SET lock_timeout = '300ms'")
+            while not stop.is_set() or parked.stored < 3:
+                try:
+                    store_failed_msgs(queue, Message(subject=f"parked {parked.stored}"))
+                    parked.stored += 1
+                except QueueingError as exc:
+                    parked.failed.append(exc)
+                stop.wait(0.005)
+        finally:
+            own.close()
+
+    thread = threading.Thread(target=park)
+    thread.start()
+    try:
+        yield parked
+    finally:
+        stop.set()
+        thread.join()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("by", ["fetch", "migration"])
+def test_every_store_succeeds_while_a_large_aggregate_is_split(by: str) -> None:
+    blob = aggregate(*(f"m{i}" for i in range(LARGE)))
+    QueuedMessage.objects.create(key=b"q", value=blob)
+    with parking_continuously() as parked:
+        if by == "fetch":
+            assert next(iter_failed_msgs("q")).msg.subject == "m0"
+        else:
+            assert legacy.split_legacy_rows(connection, TABLE) == (1, LARGE)
+    assert parked.failed == []
+    assert QueuedMessage.objects.count() == LARGE + parked.stored
+    assert len(fetch_failed_msgs("parked")) == parked.stored
