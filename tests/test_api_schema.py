@@ -1,0 +1,83 @@
+"""The OpenAPI schema (drf-spectacular), its docs page, and the browsable API."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.contrib.auth.models import User
+from django.contrib.staticfiles import finders
+from django.test import modify_settings
+from drf_spectacular.validation import validate_schema
+from rest_framework.test import APIClient
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+API = "/api/deadletter"
+
+
+@pytest.fixture
+def api() -> APIClient:
+    client = APIClient()
+    client.force_login(User.objects.create_superuser("root"))
+    return client
+
+
+def test_the_schema_is_valid_openapi_3_of_this_api_only(api) -> None:
+    response = api.get(f"{API}/schema/", {"format": "json"})
+    assert response.status_code == 200
+    schema = response.json()
+    validate_schema(schema)
+    assert schema["openapi"].startswith("3.")
+    assert sorted(schema["paths"]) == [
+        f"{API}/messages/{{key}}/",
+        f"{API}/queues/",
+        f"{API}/queues/{{name}}/",
+        f"{API}/queues/{{name}}/drain/",
+        f"{API}/queues/{{name}}/messages/",
+    ]
+    assert set(schema["components"]["securitySchemes"]) == {"tokenAuth", "basicAuth", "cookieAuth"}
+
+
+def test_the_schema_documents_every_answer_of_each_operation(api) -> None:
+    paths = api.get(f"{API}/schema/", {"format": "json"}).json()["paths"]
+    park = paths[f"{API}/queues/{{name}}/messages/"]["post"]
+    assert {"201", "400", "401", "403", "503"} <= set(park["responses"])
+    delete = paths[f"{API}/messages/{{key}}/"]["delete"]
+    assert {"204", "404", "503"} <= set(delete["responses"])
+    drain = paths[f"{API}/queues/{{name}}/drain/"]["post"]
+    assert {"200", "400", "409"} <= set(drain["responses"])
+
+
+def test_the_docs_page_loads_swagger_ui_from_this_site(api) -> None:
+    response = api.get(f"{API}/schema/docs/")
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert "/static/drf_spectacular_sidecar/swagger-ui-dist/swagger-ui-bundle.js" in html
+    assert f"{API}/schema/" in html
+    assert not re.search(r"(src|href)=\"https?://", html), "no asset from another host"
+    # Served by the project's static files, like the admin's.
+    assert finders.find("drf_spectacular_sidecar/swagger-ui-dist/swagger-ui-bundle.js")
+
+
+def test_the_docs_page_says_what_is_missing_without_the_sidecar(api) -> None:
+    with modify_settings(INSTALLED_APPS={"remove": ["drf_spectacular_sidecar"]}):
+        response = api.get(f"{API}/schema/docs/")
+    assert response.status_code == 404
+    assert "drf_spectacular_sidecar" in response.content.decode()
+
+
+def test_a_browser_gets_the_browsable_api(api) -> None:
+    response = api.get(f"{API}/queues/", HTTP_ACCEPT="text/html")
+    assert response.status_code == 200
+    assert response["Content-Type"].startswith("text/html")
+
+
+def test_without_rest_framework_installed_a_browser_gets_json_not_a_500(api) -> None:
+    with modify_settings(INSTALLED_APPS={"remove": ["rest_framework", "rest_framework.authtoken"]}):
+        response = api.get(f"{API}/queues/", HTTP_ACCEPT="text/html,*/*;q=0.8")
+        assert response.status_code == 200
+        assert response["Content-Type"] == "application/json"
+        bad = api.get(f"{API}/messages/zz/", HTTP_ACCEPT="text/html,*/*;q=0.8")
+        assert bad.status_code == 400
+        assert bad["Content-Type"] == "application/json"
