@@ -37,7 +37,7 @@ from deadletter.legacy import iter_queue_heads, split_legacy_row
 from deadletter.messages import Message
 
 __all__ = [
-    "MAX_QUEUE_AGE",
+    "MAX_QUEUE_AGE",  # noqa: F822  (the module's __getattr__: the setting, read when asked)
     "Queued",
     "QueueingError",
     "Removal",

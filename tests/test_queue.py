@@ -65,13 +65,13 @@ def row_keys(queue: str = "q") -> list[bytes]:
 
 def test_max_queue_age_is_30_days_by_default() -> None:
     assert timedelta(days=30) == MAX_QUEUE_AGE
-    assert deadletter.MAX_QUEUE_AGE == timedelta(days=30)
+    assert timedelta(days=30) == deadletter.MAX_QUEUE_AGE
 
 
 def test_max_queue_age_follows_the_setting(settings) -> None:
     settings.DEADLETTER_MAX_QUEUE_AGE = timedelta(days=3)
-    assert deadletter.MAX_QUEUE_AGE == timedelta(days=3)
-    assert deadletter.queue.MAX_QUEUE_AGE == timedelta(days=3)
+    assert timedelta(days=3) == deadletter.MAX_QUEUE_AGE
+    assert timedelta(days=3) == deadletter.queue.MAX_QUEUE_AGE
 
 
 def test_queueing_error_says_problem_with_persistent_queue() -> None:
