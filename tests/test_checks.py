@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import subprocess
 import sys
 from datetime import timedelta
@@ -10,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from deadletter.checks import check_handlers, check_settings
+from deadletter.checks import check_api_mount, check_handlers, check_settings
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -100,3 +102,104 @@ def test_e007_the_queue_database_must_be_sqlite_or_postgresql(monkeypatch: Any) 
     (error,) = check_settings()
     assert error.id == "deadletter.E007"
     assert "mysql" in error.msg
+
+
+# --- the queue database on SQLite --------------------------------------------------
+
+
+@pytest.fixture
+def sqlite_aliases(settings: Any, tmp_path: Path) -> Any:
+    """Add SQLite aliases for one test: `add(alias, name, options)`; removed after."""
+    from django.db import connections
+
+    added: list[str] = []
+
+    def add(alias: str, name: str, options: dict[str, Any]) -> str:
+        entry = copy.deepcopy(connections.settings["default"])
+        entry.update(ENGINE="django.db.backends.sqlite3", NAME=str(tmp_path / name))
+        entry["OPTIONS"] = options
+        connections.settings[alias] = entry
+        added.append(alias)
+        return alias
+
+    yield add
+    for alias in added:
+        with contextlib.suppress(AttributeError):  # never connected
+            del connections[alias]
+        del connections.settings[alias]
+
+
+WAL = {"init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"}
+
+
+def test_w001_a_sqlite_queue_database_without_wal(settings: Any, sqlite_aliases: Any) -> None:
+    settings.DEADLETTER_DATABASE = sqlite_aliases("stock", "stock.sqlite3", {})
+    (warning,) = check_settings()
+    assert warning.id == "deadletter.W001"
+    assert "'stock'" in warning.msg
+    assert "PRAGMA journal_mode=WAL" in str(warning.hint)
+    assert '"transaction_mode": "IMMEDIATE"' in str(warning.hint)
+
+
+def test_w001_is_quiet_when_init_command_sets_wal(settings: Any, sqlite_aliases: Any) -> None:
+    settings.DEADLETTER_DATABASE = sqlite_aliases("walled", "walled.sqlite3", WAL)
+    assert check_settings() == []
+
+
+def test_w002_the_queue_alias_sharing_a_sqlite_file_with_another(
+    settings: Any, sqlite_aliases: Any
+) -> None:
+    sqlite_aliases("app", "shared.sqlite3", WAL)
+    settings.DEADLETTER_DATABASE = sqlite_aliases("queue", "shared.sqlite3", WAL)
+    (warning,) = check_settings()
+    assert warning.id == "deadletter.W002"
+    assert "'app'" in warning.msg
+    assert "DEADLETTER_DATABASE = 'app'" in str(warning.hint)
+    assert "file of its own" in str(warning.hint)
+
+
+# --- the API mounted without rest_framework ------------------------------------------
+
+urlpatterns: list[Any] = []  # a ROOT_URLCONF that mounts nothing
+
+
+def without_rest_framework(installed: list[str]) -> list[str]:
+    return [app for app in installed if app != "rest_framework"]
+
+
+def test_e008_the_api_mounted_without_rest_framework_installed(settings: Any) -> None:
+    settings.INSTALLED_APPS = without_rest_framework(settings.INSTALLED_APPS)
+    (error,) = check_api_mount()
+    assert error.id == "deadletter.E008"
+    assert "'rest_framework'" in str(error.hint)
+
+
+def test_e008_is_quiet_with_rest_framework_installed() -> None:
+    assert check_api_mount() == []
+
+
+def test_e008_is_quiet_when_the_api_is_not_mounted(settings: Any) -> None:
+    settings.INSTALLED_APPS = without_rest_framework(settings.INSTALLED_APPS)
+    settings.ROOT_URLCONF = "tests.test_checks"
+    assert check_api_mount() == []
+
+
+def test_manage_py_check_reports_the_sqlite_and_api_checks(tmp_path: Path) -> None:
+    db = tmp_path / "stock.sqlite3"
+    (tmp_path / "stock_settings.py").write_text(
+        "from project.settings import *  # noqa: F403\n"
+        f"STOCK = {{'ENGINE': 'django.db.backends.sqlite3', 'NAME': {str(db)!r}}}\n"
+        "DATABASES = {'default': STOCK, 'other': dict(STOCK)}\n"
+        "INSTALLED_APPS = [a for a in INSTALLED_APPS if a != 'rest_framework']  # noqa: F405\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "manage.py", "check", "--settings", "stock_settings"],
+        cwd=REPO,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{REPO}:{tmp_path}"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 1, result.stderr
+    for check_id in ("deadletter.W001", "deadletter.W002", "deadletter.E008"):
+        assert check_id in result.stderr
