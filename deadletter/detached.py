@@ -25,15 +25,16 @@ rollback hook.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import enum
 import logging
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from django.core.signals import request_finished
-from django.db import connections
+from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 logger = logging.getLogger("deadletter")
@@ -169,19 +170,42 @@ def _transaction_ended(connection: BaseDatabaseWrapper, *, closed: bool = False)
 
 
 def _flush(connection: BaseDatabaseWrapper, via: BaseDatabaseWrapper) -> None:
+    """Write every pending message on `via`, in one transaction when there are
+    several (one commit, not one each); on failure they all stay pending."""
     pending: list[Write] = connection.__dict__[_PENDING]
-    while pending:
-        try:
+    if not pending:
+        return
+    try:
+        if len(pending) == 1:
             pending[0](via)
-        except Exception:
-            logger.exception(
-                "parked message not written after the caller's transaction ended; "
-                "retried when it next ends, lost if the process exits first (pending=%d)",
-                len(pending),
-            )
-            return
-        pending.pop(0)
+        else:
+            with transaction.atomic(using=via.alias) if via is connection else _atomic_on(via):
+                for write in pending:
+                    write(via)
+    except Exception:
+        logger.exception(
+            "parked messages not written after the caller's transaction ended; "
+            "retried when it next ends, lost if the process exits first (pending=%d)",
+            len(pending),
+        )
+        return
+    pending.clear()
     _with_pending.discard(connection)
+
+
+@contextlib.contextmanager
+def _atomic_on(private: BaseDatabaseWrapper) -> Iterator[None]:
+    """A transaction on a connection that is not in `connections` (`atomic` takes an alias)."""
+    private.set_autocommit(False)
+    try:
+        yield
+    except BaseException:
+        private.rollback()
+        raise
+    else:
+        private.commit()
+    finally:
+        private.set_autocommit(True)
 
 
 @atexit.register
