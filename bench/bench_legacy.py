@@ -1,4 +1,4 @@
-"""Issue 3: splitting one legacy aggregate row of 200,000 messages.
+"""Issues 3 and 11: splitting one legacy aggregate row of 200,000 messages.
 
 Prints, for the split the data migration and fetch share (`split_legacy_row`,
 reached through `legacy.split_legacy_rows` and through the first
@@ -7,6 +7,10 @@ same aggregate:
   time       against raw sqlite3 bulk-INSERTing the same rows in one transaction
   peak RSS   growth over the process's resident size before the blob was read
              (goal: < 3x the blob's size)
+  lock hold  the longest single write transaction on the app's database (from
+             BEGIN IMMEDIATE, or a deferred transaction's first write, to the end
+             of its COMMIT), and how many there were (goal: < 250 ms, issue 11:
+             a store waits at most that long for SQLite's write lock)
 Each measured run is a fresh child process, so one run's peak cannot hide in
 another's. BENCH_MESSAGES overrides the 200,000.
 """
@@ -20,6 +24,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from _setup import REPO, django_on_fresh_sqlite, raw_connection
 
@@ -44,6 +49,54 @@ def status_kb(field: str) -> int:
     raise RuntimeError(f"{field} not in /proc/self/status")
 
 
+class LockHolds:
+    """The write transactions on one Django SQLite connection, timed from the driver's trace.
+
+    The hold starts at `BEGIN IMMEDIATE` (the settings' transaction mode) or at
+    a deferred transaction's first write, and ends once Django's commit or
+    rollback has returned: the time another writer would wait.
+    """
+
+    WRITES = ("INSERT", "UPDATE", "DELETE", "REPLACE", "CREATE", "DROP", "ALTER")
+
+    def __init__(self, connection: Any) -> None:
+        self.longest = 0.0
+        self.count = 0
+        self.started: float | None = None
+        self.in_transaction = False
+        self.statements: list[str] = []
+        self.longest_statements: list[str] = []
+        connection.connection.set_trace_callback(self.statement)
+        for name in ("_commit", "_rollback"):
+            original = getattr(connection, name)
+            setattr(connection, name, self.ending(original))
+
+    def statement(self, text: str) -> None:
+        head = text.lstrip().upper()
+        if self.in_transaction and len(self.statements) < 4:
+            self.statements.append(" ".join(text.split())[:60])
+        if head.startswith("BEGIN"):
+            self.in_transaction = True
+            if "IMMEDIATE" in head or "EXCLUSIVE" in head:
+                self.started = time.perf_counter()
+        elif self.in_transaction and self.started is None and head.startswith(self.WRITES):
+            self.started = time.perf_counter()
+
+    def ending(self, original: Any) -> Any:
+        def end() -> None:
+            original()
+            if self.started is not None:
+                held = time.perf_counter() - self.started
+                if held > self.longest:
+                    self.longest, self.longest_statements = held, self.statements
+                self.count += 1
+            self.started = None
+            self.statements = []
+            self.in_transaction = False
+
+        return end
+
+
 def child(mode: str, path: Path, kv_path: Path) -> None:
     os.environ["DEADLETTER_SQLITE_PATH"] = str(path)
     os.environ.pop("DATABASE_URL", None)
@@ -60,6 +113,7 @@ def child(mode: str, path: Path, kv_path: Path) -> None:
     connection.ensure_connection()
     with connection.cursor() as cursor:  # warm the connection and the SQL paths
         cursor.execute(f"SELECT COUNT(*) FROM {TABLE}")
+    holds = LockHolds(connection)
     peak_rss_reset()
     base_kb = status_kb("VmRSS")
     start = time.perf_counter()
@@ -74,14 +128,18 @@ def child(mode: str, path: Path, kv_path: Path) -> None:
         assert report.total.written == MESSAGES, report.total
     elapsed = time.perf_counter() - start
     peak_kb = status_kb("VmHWM")
-    print(json.dumps({"seconds": elapsed, "growth": (peak_kb - base_kb) * 1024}))
+    result = {"seconds": elapsed, "growth": (peak_kb - base_kb) * 1024}
+    result |= {"lock": holds.longest, "transactions": holds.count}
+    if os.environ.get("BENCH_VERBOSE"):
+        print("longest write transaction:", holds.longest_statements, file=sys.stderr)
+    print(json.dumps(result))
 
 
 def measure(mode: str, path: Path, kv_path: Path) -> dict[str, float]:
     out = subprocess.run(
         [sys.executable, __file__, "--child", mode, str(path), str(kv_path)],
         check=True,
-        capture_output=True,
+        stdout=subprocess.PIPE,
         text=True,
     ).stdout
     return json.loads(out.strip().splitlines()[-1])
@@ -150,7 +208,9 @@ def main() -> None:
         print(
             f"{name}: {result['seconds']:.2f} s ({result['seconds'] / raw_seconds:.1f}x raw), "
             f"peak RSS growth {result['growth'] / mb:.1f} MB "
-            f"({result['growth'] / len(blob):.2f}x the blob; goal < 3x)"
+            f"({result['growth'] / len(blob):.2f}x the blob; goal < 3x); "
+            f"longest write lock hold {result['lock'] * 1000:.0f} ms "
+            f"over {result['transactions']:.0f} transactions (goal < 250 ms)"
         )
 
 
