@@ -23,6 +23,7 @@ _DEFAULTS: dict[str, Any] = {
     "DATABASE": DEFAULT_DB_ALIAS,
     "HANDLERS": {},
     "MAX_ATTEMPTS": None,
+    "ADMIN_TIME_BUDGET": 5.0,
 }
 _cache: dict[str, Any] = {}
 _cached_from: list[Any] = [None]
@@ -60,6 +61,12 @@ class Settings:
     def MAX_ATTEMPTS(self) -> int | None:
         """Drop a message after this many failed attempts; None retries until the age limit."""
         return _read("MAX_ATTEMPTS")
+
+    @property
+    def ADMIN_TIME_BUDGET(self) -> float:
+        """Seconds an admin request may spend on bulk work (retry, delete, drain,
+        purge) before it stops and says how much is left."""
+        return float(_read("ADMIN_TIME_BUDGET"))
 
 
 conf = Settings()

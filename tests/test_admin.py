@@ -1,76 +1,230 @@
+"""The admin, used as an operator uses it: every URL a test requests is one a page
+rendered (a link followed or a form submitted), so the pages' own URLs and forms
+are what is tested."""
+
 from __future__ import annotations
 
+from html.parser import HTMLParser
+from typing import Any
+from urllib.parse import urljoin
+
 import pytest
+from django.contrib.admin.models import DELETION, LogEntry
 from django.urls import reverse
 
-from deadletter import keys
+from deadletter import keys, signals
 from deadletter.messages import Message
 from deadletter.models import QueuedMessage
 from deadletter.queue import fetch_failed_msgs, store_failed_msgs
 
 pytestmark = pytest.mark.django_db
 
-
-def change_url(key: bytes) -> str:
-    return reverse("admin:deadletter_queuedmessage_change", args=[keys.to_text(key)])
+CHANGELIST = "/admin/deadletter/queuedmessage/"
 
 
-def test_changelist_lists_messages_in_queue_order(admin_client) -> None:
-    store_failed_msgs("q", Message(subject="first"))
-    store_failed_msgs("q", Message(subject="second"))
-    page = admin_client.get(reverse("admin:deadletter_queuedmessage_changelist"))
-    body = page.content.decode()
-    assert page.status_code == 200
-    assert body.index("first") < body.index("second")
+class Page(HTMLParser):
+    """The links and forms of one HTML page, as a browser would see them."""
+
+    def __init__(self, response: Any) -> None:
+        super().__init__()
+        self.response = response
+        self.url = response.wsgi_request.get_full_path()
+        self.links: list[tuple[str, str]] = []
+        self.forms: list[dict[str, Any]] = []
+        self.headers: list[str] = []
+        self._link: list[str] | None = None
+        self._th: list[str] | None = None
+        self._href = ""
+        self.feed(response.content.decode())
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = {k: v or "" for k, v in attrs}
+        if tag == "th" and a.get("scope") == "col":
+            self._th = []
+        if tag == "a" and "href" in a:
+            self._link, self._href = [], a["href"]
+        elif tag == "form":
+            self.forms.append({"action": a.get("action") or self.url, "inputs": []})
+        elif tag in ("input", "select", "button") and self.forms and "name" in a:
+            self.forms[-1]["inputs"].append(a)
+
+    def handle_data(self, data: str) -> None:
+        if self._link is not None:
+            self._link.append(data)
+        if self._th is not None:
+            self._th.append(data)
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "th" and self._th is not None:
+            self.headers.append(" ".join("".join(self._th).split()))
+            self._th = None
+        if tag == "a" and self._link is not None:
+            self.links.append((" ".join("".join(self._link).split()), self._href))
+            self._link = None
+
+    @property
+    def text(self) -> str:
+        return self.response.content.decode()
+
+    def link(self, text: str) -> str:
+        """The href of the one link whose text is `text`."""
+        found = [href for label, href in self.links if label == text]
+        assert len(found) == 1, f"{len(found)} links {text!r} on {self.url}: {self.links}"
+        return urljoin(self.url, found[0])
+
+    def links_under(self, prefix: str) -> list[str]:
+        return [href for _, href in self.links if href.startswith(prefix)]
+
+    def form_with(self, name: str) -> dict[str, Any]:
+        (form,) = [f for f in self.forms if any(i["name"] == name for i in f["inputs"])]
+        return form
+
+    def submit(
+        self, client: Any, form: dict[str, Any], *, check: list[str] | None = None, **fields: str
+    ) -> Page:
+        """POST `form` as a browser would on its first submit button: its hidden and
+        text inputs, the checkboxes already ticked plus those whose values are in
+        `check`, overridden by `fields`."""
+        data: dict[str, list[str]] = {}
+        clicked = False
+        for i in form["inputs"]:
+            kind = i.get("type", "text")
+            if kind in ("submit", "button"):
+                if not clicked and kind == "submit":
+                    data.setdefault(i["name"], []).append(i.get("value", ""))
+                clicked = True
+                continue
+            if kind == "checkbox" and not ("checked" in i or i.get("value") in (check or [])):
+                continue
+            data.setdefault(i["name"], []).append(i.get("value", ""))
+        for name, value in fields.items():
+            data[name] = [value]
+        return Page(client.post(form["action"], data, follow=True))
 
 
-def test_changelist_links_rows_by_hex_key(admin_client) -> None:
+def page_keys(form: dict[str, Any]) -> list[str]:
+    """Every row checkbox of a changelist form: what "select all" ticks in a browser."""
+    return [i["value"] for i in form["inputs"] if i["name"] == "_selected_action"]
+
+
+def open_page(client: Any, url: str, **params: str) -> Page:
+    response = client.get(url, params, follow=True)
+    assert response.status_code == 200, (url, response.status_code)
+    return Page(response)
+
+
+@pytest.fixture
+def dequeued() -> Any:
+    """Keys `message_dequeued` was sent for during the test."""
+    seen: list[bytes] = []
+
+    def receiver(sender: str, key: bytes, **kwargs: Any) -> None:
+        seen.append(key)
+
+    signals.message_dequeued.connect(receiver, weak=False, dispatch_uid="test-admin")
+    yield seen
+    signals.message_dequeued.disconnect(dispatch_uid="test-admin")
+
+
+def message_link(page: Page, key: bytes) -> str:
+    """The changelist's link to the row `key` (the link a click would follow)."""
+    found = [h for h in page.links_under(CHANGELIST) if keys.to_text(key) in h]
+    assert len(found) == 1, found
+    return found[0]
+
+
+def test_every_admin_url_carries_the_key_as_lowercase_hex(admin_client) -> None:
     key = store_failed_msgs("q", Message(subject="linked"))
-    page = admin_client.get(reverse("admin:deadletter_queuedmessage_changelist"))
-    assert change_url(key) in page.content.decode()
+    listing = open_page(admin_client, CHANGELIST)
+    assert message_link(listing, key) == f"{CHANGELIST}{key.hex()}/change/"
+    assert f'value="{key.hex()}"' in listing.text  # the action checkbox
+    page = open_page(admin_client, message_link(listing, key))
+    assert page.link("Delete") == f"{CHANGELIST}{key.hex()}/delete/"
+    assert page.link("History") == f"{CHANGELIST}{key.hex()}/history/"
 
 
-def test_change_page_shows_the_decoded_message(admin_client) -> None:
-    key = store_failed_msgs("q", Message(subject="Ocjena: Matematika", extra={"LastError": "x"}))
-    page = admin_client.get(change_url(key))
-    assert page.status_code == 200
-    assert "Ocjena: Matematika" in page.content.decode()
-    assert "LastError" in page.content.decode()
-
-
-def test_change_page_of_a_corrupt_row_says_so(admin_client) -> None:
-    key = keys.new_key("q")
-    QueuedMessage.objects.create(key=key, value=b"corrupted cbor data")
-    page = admin_client.get(change_url(key))
-    assert "corrupt row" in page.content.decode()
-
-
-def test_a_key_that_is_not_hex_is_not_found(admin_client) -> None:
-    url = reverse("admin:deadletter_queuedmessage_change", args=["zz-not-hex"])
-    assert admin_client.get(url, follow=True).status_code == 200
-    assert not QueuedMessage.objects.exists()
-
-
-def test_deleting_in_the_admin_dequeues_the_row(admin_client) -> None:
+@pytest.mark.django_db(transaction=True)
+def test_the_delete_button_deletes_through_dequeue(admin_client, dequeued) -> None:
     key = store_failed_msgs("q", Message(subject="gone"))
     store_failed_msgs("q", Message(subject="kept"))
-    url = reverse("admin:deadletter_queuedmessage_delete", args=[keys.to_text(key)])
-    admin_client.post(url, {"post": "yes"})
+    page = open_page(admin_client, message_link(open_page(admin_client, CHANGELIST), key))
+    confirm = open_page(admin_client, page.link("Delete"))
+    done = confirm.submit(admin_client, confirm.form_with("post"))
+    assert "was deleted successfully" in done.text
     assert [q.msg.subject for q in fetch_failed_msgs("q")] == ["kept"]
+    assert dequeued == [key]
+    entry = LogEntry.objects.get(action_flag=DELETION)
+    assert entry.object_id == key.hex()
 
 
-def test_rows_cannot_be_added_or_edited(admin_client) -> None:
-    assert admin_client.get(reverse("admin:deadletter_queuedmessage_add")).status_code == 403
+def test_history_opens_and_shows_the_deletion_logged_under_the_hex_key(admin_client) -> None:
+    key = store_failed_msgs("q", Message(subject="watched"))
+    store_failed_msgs("q", Message(subject="other"))
+    page = open_page(admin_client, message_link(open_page(admin_client, CHANGELIST), key))
+    history = open_page(admin_client, page.link("History"))
+    assert "watched" in history.text or key.hex() in history.text
+    confirm = open_page(admin_client, page.link("Delete"))
+    confirm.submit(admin_client, confirm.form_with("post"))
+    assert LogEntry.objects.filter(object_id=key.hex(), action_flag=DELETION).count() == 1
 
 
-def test_queue_filter_lists_queues_and_shows_only_the_chosen_one(admin_client) -> None:
-    store_failed_msgs("telegram-queue", Message(subject="in telegram"))
-    store_failed_msgs("discord-queue", Message(subject="in discord"))
-    url = reverse("admin:deadletter_queuedmessage_changelist")
-    body = admin_client.get(url, {"queue": "discord-queue"}).content.decode()
-    assert "telegram-queue" in body  # offered in the filter
-    assert "in discord" in body
-    assert "in telegram" not in body
+@pytest.mark.django_db(transaction=True)
+def test_bulk_delete_confirmation_deletes_exactly_the_chosen_rows(admin_client, dequeued) -> None:
+    stored = [store_failed_msgs("q", Message(subject=f"m{i}")) for i in range(4)]
+    chosen = [stored[0], stored[2]]
+    listing = open_page(admin_client, CHANGELIST)
+    form = listing.form_with("_selected_action")
+    confirm = listing.submit(
+        admin_client, form, check=[k.hex() for k in chosen], action="delete_selected"
+    )
+    assert sorted(
+        i["value"] for i in confirm.form_with("post")["inputs"] if i["name"] == "_selected_action"
+    ) == sorted(k.hex() for k in chosen)
+    done = confirm.submit(admin_client, confirm.form_with("post"))
+    assert "Successfully deleted 2" in done.text
+    assert [q.msg.subject for q in fetch_failed_msgs("q")] == ["m1", "m3"]
+    assert sorted(dequeued) == sorted(chosen)
+
+
+def test_rows_with_odd_keys_and_values_open_and_delete(admin_client) -> None:
+    odd = {
+        b"q\x00" + b"\x01" * 400: b"\xa0",  # longer than any key the app writes
+        b"legacy-queue": b"\x80",  # no separator: an older release's aggregate row
+        b"\xff\xfe\x00" + b"\x02" * 16: b"corrupted cbor data",  # name not UTF-8, value corrupt
+        keys.new_key("q"): b"",
+    }
+    for key, value in odd.items():
+        QueuedMessage.objects.create(key=key, value=value)
+    listing = open_page(admin_client, CHANGELIST)
+    for key in odd:
+        page = open_page(admin_client, message_link(listing, key))
+        confirm = open_page(admin_client, page.link("Delete"))
+        confirm.submit(admin_client, confirm.form_with("post"))
+        assert not QueuedMessage.objects.filter(key=key).exists()
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        {"key__gt": "00"},
+        {"key__gt": "zz"},
+        {"key__in": "0,1"},
+        {"value__contains": "x"},
+        {"key__regex": "("},
+        {"queue": "\x00"},
+        {"after": "zz"},
+        {"before": "0"},
+        {"p": "-1"},
+        {"o": "9"},
+    ],
+)
+def test_odd_changelist_queries_never_answer_500(admin_client, query) -> None:
+    store_failed_msgs("q", Message(subject="x"))
+    response = admin_client.get(CHANGELIST, query, follow=True)
+    assert response.status_code < 500
+
+
+# --- the changelist -------------------------------------------------------------
 
 
 def ok_handler(msg: Message) -> None:
@@ -78,16 +232,139 @@ def ok_handler(msg: Message) -> None:
 
 
 def failing_handler(msg: Message) -> None:
-    raise ConnectionError("still down")
+    raise ConnectionError(f"still down after {msg.subject} at 10.0.0.7:8443")
 
 
-def retry(admin_client, *keys_: bytes):
-    url = reverse("admin:deadletter_queuedmessage_changelist")
-    return admin_client.post(
-        url,
-        {"action": "retry_now", "_selected_action": [keys.to_text(k) for k in keys_]},
-        follow=True,
+def test_changelist_lists_messages_in_parked_order_with_their_columns(admin_client) -> None:
+    store_failed_msgs("q", Message(subject="first", username="ana@skole.hr"))
+    store_failed_msgs("q", Message(subject="second"))
+    page = open_page(admin_client, CHANGELIST)
+    assert page.text.index("first") < page.text.index("second")
+    for title in (
+        "Parked ↑ (oldest first)",
+        "Queue",
+        "Subject",
+        "Recipient",
+        "Code",
+        "First failure",
+        "Age",
+        "Expires in",
+        "Attempts",
+        "Last error",
+    ):
+        assert title in page.headers, title
+    assert "ana@skole.hr" in page.text
+    assert "4\xa0weeks" in page.text  # time left before the 30-day age limit
+
+
+def test_changelist_renders_first_failure_as_django_renders_datetimes(
+    admin_client, settings
+) -> None:
+    from datetime import UTC, datetime
+
+    from django.utils import formats
+
+    when = datetime(2026, 11, 30, 10, 27, 43, 547857, tzinfo=UTC)
+    store_failed_msgs("q", Message(subject="timed", queued_at=when))
+    page = open_page(admin_client, CHANGELIST)
+    assert formats.localize(when) in page.text
+    assert "2026-11-30T10:27:43" not in page.text
+
+
+def test_pages_go_by_key_with_next_and_previous_and_never_count(
+    admin_client, django_assert_max_num_queries, settings
+) -> None:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    stored = [store_failed_msgs("q", Message(subject=f"m{i:03d}")) for i in range(120)]
+    with CaptureQueriesContext(connection) as ctx:
+        first = open_page(admin_client, CHANGELIST)
+    counts = [q["sql"] for q in ctx.captured_queries if "COUNT(" in q["sql"].upper()]
+    assert not [q for q in counts if "GROUP BY" not in q]  # only the causes are counted
+    assert "m000" in first.text and "m049" in first.text and "m050" not in first.text
+    second = open_page(admin_client, first.link("next ›"))
+    assert "m050" in second.text and "m099" in second.text and "m049" not in second.text
+    third = open_page(admin_client, second.link("next ›"))
+    assert "m119" in third.text
+    assert not [h for label, h in third.links if label == "next ›"]
+    back = open_page(admin_client, third.link("‹ previous"))
+    assert "m050" in back.text and "m099" in back.text
+    assert len(stored) == 120
+
+
+def test_queue_filter_lists_queues_and_shows_only_the_chosen_one(admin_client) -> None:
+    store_failed_msgs("telegram-queue", Message(subject="in telegram"))
+    store_failed_msgs("discord-queue", Message(subject="in discord"))
+    listing = open_page(admin_client, CHANGELIST)
+    body = open_page(admin_client, listing.link("discord-queue")).text
+    assert "in discord" in body
+    assert "in telegram" not in body
+
+
+def test_rows_cannot_be_added_or_edited(admin_client) -> None:
+    assert admin_client.get(reverse("admin:deadletter_queuedmessage_add")).status_code == 403
+
+
+# --- the message page ----------------------------------------------------------
+
+
+def test_message_page_labels_every_field(admin_client) -> None:
+    key = store_failed_msgs(
+        "q",
+        Message(
+            subject="Ocjena: Matematika",
+            username="ana@skole.hr",
+            fields=["Matematika", "5"],
+            extra={"Attempts": 3, "LastError": "ConnectionError: down", "Score": 4.5},
+        ),
     )
+    page = open_page(admin_client, message_link(open_page(admin_client, CHANGELIST), key))
+    text = page.text
+    assert "Ocjena: Matematika" in text
+    assert "<li>Matematika</li><li>5</li>" in text  # a list as a list
+    assert ">skip recipients</th><td>—</td>" in text  # none as a dash
+    assert "Score (unknown key)" in text and "4.5" in text
+    assert ">attempts</th><td>3</td>" in text
+    assert "ConnectionError: down" in text
+    assert key.hex() in text and "seq" in text and "bytes (key and value)" in text
+    assert "None" not in text.split('id="content"')[1]
+
+
+def test_message_page_of_a_corrupt_row_says_so(admin_client) -> None:
+    key = keys.new_key("q")
+    QueuedMessage.objects.create(key=key, value=b"corrupted cbor data")
+    page = open_page(admin_client, message_link(open_page(admin_client, CHANGELIST), key))
+    assert "corrupt row" in page.text
+
+
+def test_a_key_that_is_not_hex_is_not_found(admin_client) -> None:
+    page = open_page(admin_client, f"{CHANGELIST}zz-not-hex/change/")
+    assert "doesn’t exist" in page.text or "doesn't exist" in page.text
+
+
+@pytest.mark.django_db(transaction=True)
+def test_retry_now_on_the_message_page_delivers_it(admin_client, settings) -> None:
+    settings.DEADLETTER_HANDLERS = {"q": "tests.test_admin.ok_handler"}
+    key = store_failed_msgs("q", Message(subject="retry me"))
+    page = open_page(admin_client, message_link(open_page(admin_client, CHANGELIST), key))
+    (button,) = [i for f in page.forms for i in f["inputs"] if False] or [None]
+    assert 'formaction="' in page.text and "Retry now" in page.text
+    action = page.text.split('formaction="')[1].split('"')[0]
+    form = page.forms[0]
+    done = page.submit(admin_client, {**form, "action": action})
+    assert "1 delivered" in done.text
+    assert fetch_failed_msgs("q") == []
+    assert button is None
+
+
+# --- actions ---------------------------------------------------------------------
+
+
+def retry(admin_client, *chosen: bytes) -> Page:
+    listing = open_page(admin_client, CHANGELIST)
+    form = listing.form_with("_selected_action")
+    return listing.submit(admin_client, form, check=[k.hex() for k in chosen], action="retry_now")
 
 
 @pytest.mark.django_db(transaction=True)
@@ -96,19 +373,21 @@ def test_retry_now_delivers_the_selected_rows_only(admin_client, settings) -> No
     chosen = store_failed_msgs("q", Message(subject="chosen"))
     store_failed_msgs("q", Message(subject="left alone"))
     page = retry(admin_client, chosen)
-    assert "1 delivered" in page.content.decode()
+    assert "1 delivered" in page.text
     assert [q.msg.subject for q in fetch_failed_msgs("q")] == ["left alone"]
 
 
 @pytest.mark.django_db(transaction=True)
-def test_retry_now_records_a_failure_on_the_row(admin_client, settings) -> None:
+def test_retry_now_records_the_failure_and_its_cause_on_the_row(admin_client, settings) -> None:
     settings.DEADLETTER_HANDLERS = {"q": "tests.test_admin.failing_handler"}
     key = store_failed_msgs("q", Message(subject="still failing"))
     page = retry(admin_client, key)
-    assert "1 still failing" in page.content.decode()
+    assert "1 still failing" in page.text
     (item,) = fetch_failed_msgs("q")
     assert item.msg.extra["Attempts"] == 1
     assert "ConnectionError: still down" in item.msg.extra["LastError"]
+    row = QueuedMessage.objects.get(key=key)
+    assert row.signature == "ConnectionError: still down after still failing at #"
 
 
 @pytest.mark.django_db(transaction=True)
@@ -116,5 +395,126 @@ def test_retry_now_without_a_handler_says_why(admin_client, settings) -> None:
     settings.DEADLETTER_HANDLERS = {}
     key = store_failed_msgs("q", Message(subject="no handler"))
     page = retry(admin_client, key)
-    assert "handler" in page.content.decode()
+    assert "handler" in page.text
+    assert len(fetch_failed_msgs("q")) == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_select_all_matching_then_delete_works_in_chunks(
+    admin_client, settings, monkeypatch
+) -> None:
+    from deadletter.admin import bulk
+
+    monkeypatch.setattr(bulk, "CHUNK", 7)
+    for i in range(60):
+        store_failed_msgs("q", Message(subject=f"d{i}"))
+    store_failed_msgs("other", Message(subject="kept"))
+    listing = open_page(admin_client, CHANGELIST, queue="q")
+    assert "Select all messages matching this filter" in listing.text
+    form = listing.form_with("_selected_action")
+    confirm = listing.submit(
+        admin_client, form, check=page_keys(form), action="delete_selected", select_across="1"
+    )
+    assert "every message matching the current filter" in confirm.text
+    done = confirm.submit(admin_client, confirm.form_with("post"))
+    assert "Successfully deleted 60" in done.text
+    assert QueuedMessage.objects.count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_bulk_retry_stops_after_the_time_budget_and_says_what_is_left(
+    admin_client, settings
+) -> None:
+    settings.DEADLETTER_HANDLERS = {"q": "tests.test_admin.ok_handler"}
+    settings.DEADLETTER_ADMIN_TIME_BUDGET = 0
+    for i in range(60):
+        store_failed_msgs("q", Message(subject=f"r{i}"))
+    listing = open_page(admin_client, CHANGELIST, queue="q")
+    form = listing.form_with("_selected_action")
+    page = listing.submit(
+        admin_client, form, check=page_keys(form), action="retry_now", select_across="1"
+    )
+    assert "60 selected message(s) left for deadletter_drain" in page.text
+    assert QueuedMessage.objects.count() == 60
+
+
+# --- the queue overview ---------------------------------------------------------
+
+OVERVIEW = "/admin/deadletter/queuedmessage/overview/"
+
+
+def test_overview_is_linked_from_the_app_index_and_shows_each_queue(admin_client) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    old = datetime.now(UTC) - timedelta(days=29, hours=12)
+    store_failed_msgs("telegram-queue", Message(subject="old", queued_at=old))
+    store_failed_msgs("telegram-queue", Message(subject="new"))
+    QueuedMessage.objects.create(key=b"discord-queue", value=b"\x80")  # a legacy row
+    app = open_page(admin_client, "/admin/deadletter/")
+    page = open_page(admin_client, app.link("Queue overview"))
+    assert page.url == OVERVIEW
+    assert "telegram-queue" in page.text and "discord-queue" in page.text
+    assert "4\xa0weeks" in page.text  # the age of the oldest first failure
+
+
+@pytest.mark.django_db(transaction=True)
+def test_overview_groups_failures_by_cause_and_links_the_cause_filter(
+    admin_client, settings
+) -> None:
+    settings.DEADLETTER_HANDLERS = {"q": "tests.test_admin.failing_handler"}
+    failing = [store_failed_msgs("q", Message(subject=f"f{i}")) for i in range(3)]
+    store_failed_msgs("q", Message(subject="never tried"))
+    retry(admin_client, *failing)
+    page = open_page(admin_client, OVERVIEW)
+    cause = [label for label, _ in page.links if label.startswith("3 × ConnectionError")]
+    assert cause, page.links
+    listing = open_page(admin_client, page.link(cause[0]))
+    assert all(f"f{i}" in listing.text for i in range(3))
+    assert "never tried" not in listing.text
+
+
+@pytest.mark.django_db(transaction=True)
+def test_drain_from_the_overview_goes_through_a_confirmation(admin_client, settings) -> None:
+    settings.DEADLETTER_HANDLERS = {"q": "tests.test_admin.ok_handler"}
+    for i in range(5):
+        store_failed_msgs("q", Message(subject=f"d{i}"))
+    overview = open_page(admin_client, OVERVIEW)
+    confirm = open_page(admin_client, overview.link("Drain"))
+    form = confirm.form_with("limit")
+    done = confirm.submit(admin_client, form, limit="3", queue="q")
+    assert "Drained 3 message(s): 3 delivered" in done.text
+    assert [q.msg.subject for q in fetch_failed_msgs("q")] == ["d3", "d4"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_purge_expired_drops_only_expired_messages(admin_client) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    long_ago = datetime.now(UTC) - timedelta(days=40)
+    old_key = keys.make_key("q", int(long_ago.timestamp()) * 1_000_000_000, 1)
+    from deadletter import codec
+
+    QueuedMessage.objects.create(
+        key=old_key, value=codec.encode_one(Message(subject="old", queued_at=long_ago))
+    )
+    store_failed_msgs("q", Message(subject="fresh"))
+    overview = open_page(admin_client, OVERVIEW)
+    confirm = open_page(admin_client, overview.link("Purge expired"))
+    done = confirm.submit(admin_client, confirm.forms[-1])
+    assert "Purged 1 expired message(s)." in done.text
+    assert [q.msg.subject for q in fetch_failed_msgs("q")] == ["fresh"]
+
+
+def test_drain_and_purge_are_refused_without_the_permission(client, django_user_model) -> None:
+    from django.contrib.auth.models import Permission
+
+    user = django_user_model.objects.create_user("viewer", password="pw", is_staff=True)
+    user.user_permissions.add(Permission.objects.get(codename="view_queuedmessage"))
+    client.login(username="viewer", password="pw")
+    store_failed_msgs("q", Message(subject="x"))
+    page = open_page(client, OVERVIEW)
+    assert "Drain" not in [label for label, _ in page.links]
+    for url in (OVERVIEW + "drain/", OVERVIEW + "purge/"):
+        assert client.get(url).status_code == 403
+        assert client.post(url, {"limit": "1"}).status_code == 403
     assert len(fetch_failed_msgs("q")) == 1

@@ -43,3 +43,35 @@ def test_key_converter_round_trips_hex() -> None:
 def test_key_converter_refuses_odd_length_hex() -> None:
     with pytest.raises(ValueError, match="not a key"):
         KeyConverter().to_python("abc")
+
+
+def test_expired_keys_are_the_rows_parked_before_the_age_cutoff(settings) -> None:
+    import time
+    from datetime import timedelta
+
+    settings.DEADLETTER_MAX_QUEUE_AGE = timedelta(days=1)
+    now = time.time_ns()
+    old = keys.make_key("q", now - 2 * 86_400 * 10**9, 1)
+    QueuedMessage.objects.create(key=old, value=b"\xa0")
+    store_failed_msgs("q", Message(subject="fresh"))
+    assert inspection.expired_keys("q") == [old]
+
+
+def test_overview_counts_depth_legacy_rows_and_nothing_for_an_empty_table() -> None:
+    assert inspection.overview() == []
+    store_failed_msgs("q", Message(subject="a"))
+    store_failed_msgs("q", Message(subject="b"))
+    QueuedMessage.objects.create(key=b"q", value=b"\x80")
+    (q,) = inspection.overview()
+    assert (q.name, q.depth, q.legacy_rows, q.causes) == ("q", 3, 1, [])
+    assert q.oldest_failure is not None
+
+
+def test_causes_group_the_stored_signatures_by_queue() -> None:
+    for name, sig in [("a", "E: x #"), ("a", "E: x #"), ("b", "E: x #"), ("b", None)]:
+        QueuedMessage.objects.create(key=keys.new_key(name), value=b"\xa0", signature=sig)
+    assert inspection.causes_by_queue() == {
+        "a": [inspection.Cause("E: x #", 2, "a")],
+        "b": [inspection.Cause("E: x #", 1, "b")],
+    }
+    assert inspection.causes() == [inspection.Cause("E: x #", 3)]

@@ -1,0 +1,307 @@
+"""The Django admin over the queue: an operator's console.
+
+Rows are listed in key order (the order messages were parked, oldest first)
+straight off the primary-key index, a page at a time by key, never counted;
+the key travels in URLs and forms as hex because the model's key field says
+so (`models.HexKeyField`). Deleting goes through `queue.dequeue` and retrying
+through `drain.redeliver`, so signals and logs match the drain's; bulk work is
+chunked and bounded in time (`bulk`). The queue overview (`overview`) adds
+per-queue ages, expiries and failures grouped by cause.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin, messages
+from django.contrib.admin import helpers
+from django.contrib.admin.views.main import ChangeList
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import redirect
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+from django.views.decorators.http import require_POST
+
+from deadletter import drain, keys
+from deadletter.admin import bulk, overview, rows
+from deadletter.admin.changelist import CauseFilter, KeysetChangeList, QueueFilter
+from deadletter.conf import conf
+from deadletter.models import QueuedMessage
+
+KEY_LOOKUPS = frozenset({"key", "key__exact", "key__gt", "key__gte", "key__lt", "key__lte"})
+
+
+FILTER_PARAMETERS = frozenset({QueueFilter.parameter_name, CauseFilter.parameter_name})
+
+
+@admin.register(QueuedMessage)
+class QueuedMessageAdmin(admin.ModelAdmin):
+    list_display = [
+        "parked",
+        "queue_name",
+        "subject",
+        "recipient",
+        "code",
+        "first_failure",
+        "age",
+        "expires_in",
+        "attempts",
+        "last_error",
+    ]
+    list_display_links = ["parked"]
+    list_filter = [QueueFilter, CauseFilter]
+    ordering = ["key"]
+    sortable_by = ()
+    list_per_page = 50
+    show_full_result_count = False
+    fields = ("key_text", "key_parts", "stored", "decoded")
+    readonly_fields = fields
+    actions = ["retry_now", "delete_selected"]
+
+    class Media:
+        css = {"all": ["deadletter/admin.css"]}
+
+    # -- permissions and lookups
+
+    def has_drain_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("deadletter.drain_queuedmessage")
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def lookup_allowed(self, lookup: str, value: str, request: HttpRequest) -> bool:
+        """Only key comparisons (hex) may come from the query string: anything else
+        is refused with a 400 instead of reaching the database."""
+        return lookup in KEY_LOOKUPS or lookup in FILTER_PARAMETERS
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[QueuedMessage]:
+        return QueuedMessage.objects.using(conf.DATABASE).order_by(*self.get_ordering(request))
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return KeysetChangeList
+
+    def get_urls(self) -> list[URLPattern]:
+        wrap = self.admin_site.admin_view
+        return [
+            path("overview/", wrap(self.overview_view), name="deadletter_overview"),
+            path("overview/drain/", wrap(self.drain_view), name="deadletter_drain"),
+            path("overview/purge/", wrap(self.purge_view), name="deadletter_purge"),
+            path(
+                "<path:object_id>/retry/",
+                wrap(require_POST(self.retry_view)),
+                name="deadletter_queuedmessage_retry",
+            ),
+            *super().get_urls(),
+        ]
+
+    # -- pages
+
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> Any:
+        context = {"overview_url": reverse("admin:deadletter_overview"), **(extra_context or {})}
+        return super().changelist_view(request, context)
+
+    def change_view(
+        self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: Any = None
+    ) -> Any:
+        context = {
+            "has_drain_permission": self.has_drain_permission(request),
+            **(extra_context or {}),
+        }
+        return super().change_view(request, object_id, form_url, context)
+
+    def response_action(self, request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+        """Actions on posted keys that are not hex are refused with one message."""
+        try:
+            return super().response_action(request, *args, **kwargs)
+        except (ValueError, ValidationError):
+            self.message_user(request, "The selection holds a key that is not hex.", messages.ERROR)
+            return HttpResponseRedirect(request.get_full_path())
+
+    def overview_view(self, request: HttpRequest) -> HttpResponse:
+        return overview.overview_page(self, request)
+
+    def drain_view(self, request: HttpRequest) -> HttpResponse:
+        return overview.drain_page(self, request)
+
+    def purge_view(self, request: HttpRequest) -> HttpResponse:
+        return overview.purge_page(self, request)
+
+    def retry_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """The message page's "Retry now": one row through `drain.redeliver`."""
+        if not self.has_drain_permission(request):
+            raise PermissionDenied
+        obj = self.get_object(request, object_id)
+        if obj is None:
+            return self._get_obj_does_not_exist_redirect(  # type: ignore[attr-defined]
+                request, self.opts, object_id
+            )
+        try:
+            report = drain.redeliver([obj.key_bytes])
+        except (drain.DrainConfigError, drain.DrainLocked) as exc:
+            self.message_user(request, str(exc), messages.ERROR)
+        else:
+            self.message_user(request, retried_text(report), retried_level(report))
+        if self.get_queryset(request).filter(key=obj.key_bytes).exists():
+            return redirect("admin:deadletter_queuedmessage_change", obj.key_hex)
+        return redirect("admin:deadletter_queuedmessage_changelist")
+
+    # -- actions
+
+    @admin.action(description="Retry selected messages now", permissions=["drain"])
+    def retry_now(self, request: HttpRequest, queryset: QuerySet[QueuedMessage]) -> None:
+        """Hand the selected rows to their handlers with a drain's rules (at least
+        once; a drain running on the same SQLite queue makes this refuse), a
+        chunk at a time until the admin's time budget is spent."""
+        try:
+            progress = bulk.retry(queryset)
+        except (drain.DrainConfigError, drain.DrainLocked) as exc:
+            self.message_user(request, str(exc), messages.ERROR)
+            return
+        report = progress.report or drain.DrainReport(queues=[])
+        text = retried_text(report)
+        level = retried_level(report)
+        if progress.left:
+            text += (
+                f" Stopped after the time budget: {progress.left_text} selected message(s) "
+                "left for deadletter_drain (or select them again)."
+            )
+            level = messages.WARNING
+        self.message_user(request, text, level)
+
+    @admin.action(description="Delete selected queued messages", permissions=["delete"])
+    def delete_selected(
+        self, request: HttpRequest, queryset: QuerySet[QueuedMessage]
+    ) -> TemplateResponse | None:
+        """Delete the selection through `queue.dequeue` after a confirmation page
+        that names the rows (or, for "all matching", the filter and a sample)."""
+        if request.POST.get("post") == "yes":
+            progress = bulk.delete(queryset, lambda chunk: self._log_deleted(request, chunk))
+            text = f"Successfully deleted {progress.done} queued message(s)."
+            if progress.left:
+                text += (
+                    f" Stopped after the time budget: {progress.left_text} left; "
+                    "select them again to go on."
+                )
+            self.message_user(
+                request, text, messages.WARNING if progress.left else messages.SUCCESS
+            )
+            return None
+        select_across = request.POST.get("select_across") == "1"
+        sample = list(queryset.order_by("key")[:20])
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Are you sure?",
+            "opts": self.opts,
+            "sample": sample,
+            "select_across": select_across,
+            "selected": request.POST.getlist(helpers.ACTION_CHECKBOX_NAME),
+            "chosen": len(request.POST.getlist(helpers.ACTION_CHECKBOX_NAME)),
+            "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+            "form_url": request.get_full_path(),
+        }
+        return TemplateResponse(
+            request, "admin/deadletter/queuedmessage/delete_selected_confirmation.html", context
+        )
+
+    def _log_deleted(self, request: HttpRequest, chunk: list[bytes]) -> None:
+        self.log_deletions(request, self.get_queryset(request).filter(key__in=chunk))
+
+    def delete_model(self, request: HttpRequest, obj: QueuedMessage) -> None:
+        from deadletter import queue
+
+        queue.dequeue(obj.key_bytes)
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[QueuedMessage]) -> None:
+        bulk.delete(queryset, lambda chunk: None)
+
+    # -- columns
+
+    @admin.display(description="parked ↑ (oldest first)")
+    def parked(self, obj: QueuedMessage) -> Any:
+        return obj.enqueued_at or "legacy row"
+
+    @admin.display(description="queue")
+    def queue_name(self, obj: QueuedMessage) -> str:
+        return obj.queue
+
+    @admin.display(description="subject")
+    def subject(self, obj: QueuedMessage) -> Any:
+        msgs = rows.messages_of(obj)
+        if msgs is None:
+            return format_html("<strong>{}</strong>", "corrupt row")
+        if obj.is_legacy or len(msgs) != 1:
+            return f"{len(msgs)} messages: split at next fetch"
+        return msgs[0].subject or rows.EMPTY
+
+    @admin.display(description="recipient")
+    def recipient(self, obj: QueuedMessage) -> str:
+        msg = rows.first(obj)
+        return (msg.username if msg else "") or rows.EMPTY
+
+    @admin.display(description="code")
+    def code(self, obj: QueuedMessage) -> str:
+        msg = rows.first(obj)
+        return getattr(msg.code, "name", str(msg.code)) if msg else rows.EMPTY
+
+    @admin.display(description="first failure")
+    def first_failure(self, obj: QueuedMessage) -> Any:
+        msg = rows.first(obj)
+        return rows.render_time(msg.queued_at) if msg else rows.EMPTY
+
+    @admin.display(description="age")
+    def age(self, obj: QueuedMessage) -> str:
+        msg = rows.first(obj)
+        return rows.age(msg.queued_at, self._now()) if msg else rows.EMPTY
+
+    @admin.display(description="expires in")
+    def expires_in(self, obj: QueuedMessage) -> str:
+        msg = rows.first(obj)
+        return rows.expires_in(msg.queued_at, self._now()) if msg else rows.EMPTY
+
+    @admin.display(description="attempts")
+    def attempts(self, obj: QueuedMessage) -> int:
+        return rows.attempts(rows.first(obj))
+
+    @admin.display(description="last error")
+    def last_error(self, obj: QueuedMessage) -> Any:
+        return rows.short_error(rows.last_error(rows.first(obj)))
+
+    def _now(self) -> Any:
+        return rows.now()
+
+    # -- the message page
+
+    @admin.display(description="key (hex)")
+    def key_text(self, obj: QueuedMessage) -> SafeString:
+        return format_html("<code>{}</code>", keys.to_text(obj.key_bytes))
+
+    @admin.display(description="key")
+    def key_parts(self, obj: QueuedMessage) -> SafeString:
+        return rows.key_parts(obj.key_bytes)
+
+    @admin.display(description="stored size")
+    def stored(self, obj: QueuedMessage) -> str:
+        return f"{len(obj.key_bytes) + len(bytes(obj.value or b'')):,} bytes (key and value)"
+
+    @admin.display(description="messages")
+    def decoded(self, obj: QueuedMessage) -> SafeString:
+        return rows.messages_html(obj)
+
+
+def retried_text(report: drain.DrainReport) -> str:
+    return (
+        f"Retried {report.handled} message(s): {report.delivered} delivered, "
+        f"{report.requeued} partly delivered, {report.failed} still failing, "
+        f"{sum(report.dropped.values())} dropped."
+    )
+
+
+def retried_level(report: drain.DrainReport) -> int:
+    return messages.WARNING if report.failed or report.errors else messages.SUCCESS

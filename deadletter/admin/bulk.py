@@ -1,0 +1,101 @@
+"""Bulk work from the admin, bounded: keys are read a chunk at a time by key
+(never every selected key in one list), each row is settled in its own short
+transaction (never one over the whole set), and a request stops after
+`DEADLETTER_ADMIN_TIME_BUDGET` seconds, saying what is left.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Iterator
+
+from django.db.models import QuerySet
+
+from deadletter import drain, queue
+from deadletter.conf import conf
+from deadletter.models import QueuedMessage
+
+CHUNK = 500
+LEFT_CAP = 100_000
+
+
+@dataclasses.dataclass
+class Progress:
+    """How far a bounded bulk run got: `left` counts what it did not reach (capped)."""
+
+    done: int = 0
+    left: int = 0
+    left_capped: bool = False
+    report: drain.DrainReport | None = None
+
+    @property
+    def left_text(self) -> str:
+        return f"{self.left:,}{'+' if self.left_capped else ''}"
+
+
+def key_chunks(queryset: QuerySet[QueuedMessage], size: int = CHUNK) -> Iterator[list[bytes]]:
+    """The selected keys in key order, `size` at a time, each chunk its own query."""
+    ordered = queryset.order_by("key").values_list("key", flat=True)
+    last: bytes | None = None
+    while True:
+        page = ordered.filter(key__gt=last) if last is not None else ordered
+        chunk = [bytes(k) for k in page[:size]]
+        if chunk:
+            yield chunk
+        if len(chunk) < size:
+            return
+        last = chunk[-1]
+
+
+def run_bounded(
+    queryset: QuerySet[QueuedMessage],
+    work: Callable[[list[bytes]], int],
+    *,
+    budget: float | None = None,
+) -> Progress:
+    """Apply `work` to the selected keys chunk by chunk until done or out of time."""
+    budget = conf.ADMIN_TIME_BUDGET if budget is None else budget
+    deadline = time.monotonic() + budget
+    progress = Progress()
+    last: bytes | None = None
+    for chunk in key_chunks(queryset):
+        if time.monotonic() >= deadline:
+            rest = queryset.filter(key__gt=last) if last is not None else queryset
+            left = rest.order_by().values_list("key", flat=True)[: LEFT_CAP + 1].count()
+            progress.left, progress.left_capped = min(left, LEFT_CAP), left > LEFT_CAP
+            break
+        progress.done += work(chunk)
+        last = chunk[-1]
+    return progress
+
+
+def delete(queryset: QuerySet[QueuedMessage], log: Callable[[list[bytes]], None]) -> Progress:
+    """Dequeue every selected row (signals and logs as a drain's), `log` per chunk."""
+
+    def work(chunk: list[bytes]) -> int:
+        log(chunk)
+        return sum(1 for key in chunk if queue.dequeue(key))
+
+    return run_bounded(queryset, work)
+
+
+def retry(queryset: QuerySet[QueuedMessage]) -> Progress:
+    """Hand the selected rows to their handlers (`drain.redeliver`) chunk by chunk.
+
+    Raises `drain.DrainConfigError` / `drain.DrainLocked` from the first chunk.
+    """
+    total: list[drain.DrainReport] = []
+
+    def work(chunk: list[bytes]) -> int:
+        report = drain.redeliver(chunk)
+        total.append(report)
+        return report.handled
+
+    progress = run_bounded(queryset, work)
+    if total:
+        merged = total[0]
+        for report in total[1:]:
+            merged.merge(report.as_dict())
+        progress.report = merged
+    return progress

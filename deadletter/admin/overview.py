@@ -1,0 +1,192 @@
+"""The queue overview and its two operations, "Drain" and "Purge expired".
+
+Each operation is a confirmation page (GET) and a POST with CSRF, allowed to
+holders of `deadletter.drain_queuedmessage` only (others get 403); the work
+itself is the drain's (`drain.Drainer`) and the queue's (`queue.fetch_msg`,
+which drops an expired message by the queue's own rule), bounded by
+`DEADLETTER_ADMIN_TIME_BUDGET`.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+from django import forms
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect
+from django.template.response import TemplateResponse
+from django.urls import reverse
+
+from deadletter import drain, inspection, keys, queue
+from deadletter.admin import rows
+from deadletter.conf import conf
+
+if TYPE_CHECKING:
+    from deadletter.admin import QueuedMessageAdmin
+
+MAX_DRAIN_LIMIT = 10_000
+PURGE_CHUNK = 200
+
+
+class DrainForm(forms.Form):
+    queue = forms.ChoiceField(required=False, help_text="Every configured queue when empty.")
+    limit = forms.IntegerField(
+        min_value=1,
+        max_value=MAX_DRAIN_LIMIT,
+        initial=100,
+        help_text="At most this many messages are handed to their handlers.",
+    )
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        names = sorted(conf.HANDLERS)
+        field: Any = self.fields["queue"]
+        field.choices = [("", "all configured queues")] + [(n, n) for n in names]
+
+
+class PurgeForm(forms.Form):
+    queue = forms.ChoiceField(required=False, help_text="Every queue when empty.")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        names = queue.queue_names()
+        field: Any = self.fields["queue"]
+        field.choices = [("", "all queues")] + [(n, n) for n in names]
+
+
+def _context(model_admin: QueuedMessageAdmin, request: HttpRequest, **extra: Any) -> dict[str, Any]:
+    return {
+        **model_admin.admin_site.each_context(request),
+        "opts": model_admin.opts,
+        "has_drain_permission": model_admin.has_drain_permission(request),
+        "overview_url": reverse("admin:deadletter_overview"),
+        "changelist_url": reverse("admin:deadletter_queuedmessage_changelist"),
+        **extra,
+    }
+
+
+def overview_page(model_admin: QueuedMessageAdmin, request: HttpRequest) -> HttpResponse:
+    if not model_admin.has_view_permission(request):
+        raise PermissionDenied
+    now = rows.now()
+    queues = inspection.overview(now=now)
+    listed = [
+        {
+            "q": q,
+            "age": rows.age(q.oldest_enqueued, now) if q.oldest_enqueued else rows.EMPTY,
+            "failure_age": rows.age(q.oldest_failure, now) if q.oldest_failure else rows.EMPTY,
+        }
+        for q in queues
+    ]
+    context = _context(
+        model_admin,
+        request,
+        title="Queue overview",
+        queues=listed,
+        max_age=conf.MAX_QUEUE_AGE,
+        count_cap=inspection.COUNT_CAP,
+    )
+    return TemplateResponse(request, "admin/deadletter/queuedmessage/overview.html", context)
+
+
+def _require_drain(model_admin: QueuedMessageAdmin, request: HttpRequest) -> None:
+    if not model_admin.has_drain_permission(request):
+        raise PermissionDenied
+
+
+def drain_page(model_admin: QueuedMessageAdmin, request: HttpRequest) -> HttpResponse:
+    """GET: the confirmation page; POST: a bounded drain of the chosen queue(s)."""
+    _require_drain(model_admin, request)
+    form = DrainForm(request.POST if request.method == "POST" else request.GET or None)
+    if request.method == "POST" and form.is_valid():
+        name = form.cleaned_data["queue"] or None
+        try:
+            drainer = drain.Drainer(
+                [name] if name else None, limit=form.cleaned_data["limit"], log_progress=False
+            )
+            report = _run_within_budget(drainer)
+        except (drain.DrainConfigError, drain.DrainLocked) as exc:
+            model_admin.message_user(request, str(exc), messages.ERROR)
+        else:
+            text = (
+                f"Drained {report.handled} message(s): {report.delivered} delivered, "
+                f"{report.requeued} partly delivered, {report.failed} still failing, "
+                f"{sum(report.dropped.values())} dropped."
+            )
+            if report.stopped_by == "time budget":
+                text += " Stopped after the time budget; run deadletter_drain for the rest."
+            level = messages.WARNING if report.failed or report.errors else messages.SUCCESS
+            model_admin.message_user(request, text, level)
+        return redirect("admin:deadletter_overview")
+    context = _context(
+        model_admin,
+        request,
+        title="Drain: are you sure?",
+        form=form if form.is_bound else DrainForm(initial={"queue": request.GET.get("queue", "")}),
+        handlers=sorted(conf.HANDLERS.items()),
+    )
+    return TemplateResponse(request, "admin/deadletter/queuedmessage/drain_confirm.html", context)
+
+
+def _run_within_budget(drainer: drain.Drainer) -> drain.DrainReport:
+    timer = threading.Timer(conf.ADMIN_TIME_BUDGET, drainer.stop, kwargs={"reason": "time budget"})
+    timer.start()
+    try:
+        return drainer.run()
+    finally:
+        timer.cancel()
+
+
+def purge_page(model_admin: QueuedMessageAdmin, request: HttpRequest) -> HttpResponse:
+    """GET: the confirmation page; POST: drop the expired messages of the chosen queue(s)."""
+    _require_drain(model_admin, request)
+    form = PurgeForm(request.POST if request.method == "POST" else None)
+    if request.method == "POST" and form.is_valid():
+        names = [form.cleaned_data["queue"]] if form.cleaned_data["queue"] else queue.queue_names()
+        purged, finished = purge_expired(names)
+        text = f"Purged {purged} expired message(s)."
+        if not finished:
+            text += " Stopped after the time budget; purge again (or drain) for the rest."
+        model_admin.message_user(request, text, messages.SUCCESS if finished else messages.WARNING)
+        return redirect("admin:deadletter_overview")
+    context = _context(
+        model_admin,
+        request,
+        title="Purge expired: are you sure?",
+        form=form if form.is_bound else PurgeForm(initial={"queue": request.GET.get("queue", "")}),
+        max_age=conf.MAX_QUEUE_AGE,
+    )
+    return TemplateResponse(request, "admin/deadletter/queuedmessage/purge_confirm.html", context)
+
+
+def purge_expired(names: list[str]) -> tuple[int, bool]:
+    """Hand each row parked before the age cutoff to `queue.fetch_msg`, which drops
+    an expired message by the queue's rule (and leaves any other alone); each row
+    is its own transaction. Returns (rows dropped, finished within the budget)."""
+    deadline = time.monotonic() + conf.ADMIN_TIME_BUDGET
+    purged = 0
+    for name in names:
+        try:
+            keys.encode_queue_name(name)
+        except ValueError:
+            continue
+        after: bytes | None = None
+        while True:
+            found = inspection.expired_keys(name, after=after, limit=PURGE_CHUNK)
+            for key in found:
+                if time.monotonic() >= deadline:
+                    return purged, False
+                if queue.fetch_msg(key) is None and not _exists(key):
+                    purged += 1
+            if len(found) < PURGE_CHUNK:
+                break
+            after = found[-1]
+    return purged, True
+
+
+def _exists(key: bytes) -> bool:
+    return inspection.get_row(key) is not None

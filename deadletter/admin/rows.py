@@ -1,0 +1,185 @@
+"""What the admin shows of one row: its messages decoded once per request, times
+as aware datetimes (Django renders them in the user's time zone), values labelled.
+
+Pure display: nothing here writes or knows the queue's rules beyond reading
+the age limit to say how long a message has left.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from django.contrib.admin.utils import display_for_value
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString, mark_safe
+from django.utils.timesince import timesince
+
+from deadletter import codec, keys
+from deadletter.conf import conf
+from deadletter.drain import ATTEMPTS_KEY, LAST_ERROR_KEY
+from deadletter.gotime import GoOnlyTime
+from deadletter.messages import Message
+from deadletter.models import QueuedMessage
+
+EMPTY = "—"
+ERROR_SHOWN = 80
+
+
+def messages_of(obj: QueuedMessage) -> list[Message] | None:
+    """The row's messages, decoded once per request; None for a row that does not decode."""
+    if not hasattr(obj, "_decoded"):
+        try:
+            decoded: list[Message] | None = codec.decode(bytes(obj.value or b""))
+        except codec.CodecError:
+            decoded = None
+        obj._decoded = decoded  # type: ignore[attr-defined]
+    return obj._decoded  # type: ignore[attr-defined]
+
+
+def first(obj: QueuedMessage) -> Message | None:
+    msgs = messages_of(obj)
+    return msgs[0] if msgs else None
+
+
+def as_datetime(value: Any) -> datetime | None:
+    """A message time as an aware datetime; None for Go's zero time and for the
+    few times Python cannot hold (year 0), which are shown as Go's text instead."""
+    return value if isinstance(value, datetime) else None
+
+
+def render_time(value: Any) -> Any:
+    """A time the way Django renders datetimes (user's zone, one format)."""
+    if value is None:
+        return EMPTY
+    when = as_datetime(value)
+    if when is not None:
+        return display_for_value(when, EMPTY)
+    return value.format() if isinstance(value, GoOnlyTime) else str(value)
+
+
+def age(value: Any, now: datetime) -> str:
+    when = as_datetime(value)
+    return timesince(when, now, depth=1) if when else EMPTY
+
+
+def expires_in(value: Any, now: datetime) -> str:
+    """Time left before the age limit drops the message ("expired" once past it)."""
+    when = as_datetime(value)
+    if when is None:
+        return EMPTY
+    left = when + conf.MAX_QUEUE_AGE - now
+    if left <= timedelta(0):
+        return "expired"
+    return timesince(now, now + left, depth=1)
+
+
+def attempts(msg: Message | None) -> int:
+    value = msg.extra.get(ATTEMPTS_KEY) if msg else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def last_error(msg: Message | None) -> str:
+    value = msg.extra.get(LAST_ERROR_KEY) if msg else None
+    return value if isinstance(value, str) else ""
+
+
+def short_error(text: str) -> SafeString | str:
+    """The error cut to one table cell; the full text on hover."""
+    if not text:
+        return EMPTY
+    shown = text if len(text) <= ERROR_SHOWN else text[: ERROR_SHOWN - 1] + "…"
+    return format_html('<span class="dl-error" title="{}">{}</span>', text, shown)
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+def key_parts(key: bytes) -> SafeString:
+    """The key as the operator needs it: queue, time and seq, or what it is instead."""
+    if keys.is_legacy_key(key):
+        return format_html(
+            "queue <b>{}</b>: a legacy aggregate row (an older release's whole queue); "
+            "the next fetch splits it into one row per message",
+            keys.queue_of(key),
+        )
+    try:
+        parsed = keys.parse_key(key)
+    except ValueError:
+        return format_html(
+            "not a key this app writes (queue part <b>{}</b>, {} bytes)",
+            keys.queue_of(key),
+            len(key),
+        )
+    written = datetime.fromtimestamp(parsed.time_ns / 1e9, tz=UTC)
+    return format_html(
+        "queue <b>{}</b>, parked {} ({} ns), seq {}",
+        parsed.queue,
+        display_for_value(written, EMPTY),
+        parsed.time_ns,
+        parsed.seq,
+    )
+
+
+def value_html(value: Any) -> SafeString | str:
+    """One field's value: lists as lists, none as "—", times as datetimes."""
+    if value is None:
+        return EMPTY
+    if isinstance(value, list | tuple):
+        if not value:
+            return "(empty list)"
+        return format_html(
+            "<ul>{}</ul>", format_html_join("", "<li>{}</li>", ((value_html(v),) for v in value))
+        )
+    if isinstance(value, dict):
+        return format_html(
+            "<dl>{}</dl>",
+            format_html_join(
+                "", "<dt>{}</dt><dd>{}</dd>", ((k, value_html(v)) for k, v in value.items())
+            ),
+        )
+    if isinstance(value, datetime | GoOnlyTime):
+        return render_time(value)
+    if isinstance(value, bytes):
+        return format_html("<code>{}</code> (bytes)", value.hex())
+    return str(value)
+
+
+def message_rows(msg: Message) -> Iterable[tuple[str, Any]]:
+    """(label, value) for every field of a message, known ones first."""
+    yield "subject", msg.subject or EMPTY
+    yield "recipient", msg.username or EMPTY
+    yield "code", getattr(msg.code, "name", str(msg.code))
+    yield "first failure (queued at)", render_time(msg.queued_at)
+    yield "timestamp", render_time(msg.timestamp)
+    yield "attempts", attempts(msg)
+    yield "last error", last_error(msg) or EMPTY
+    yield "descriptions", value_html(msg.descriptions)
+    yield "fields", value_html(msg.fields)
+    yield "skip recipients", value_html(msg.skip_recipients)
+    for name, value in msg.extra.items():
+        if name not in (ATTEMPTS_KEY, LAST_ERROR_KEY):
+            yield f"{name} (unknown key)", value_html(value)
+
+
+def messages_html(obj: QueuedMessage) -> SafeString:
+    msgs = messages_of(obj)
+    if msgs is None:
+        return mark_safe(  # noqa: S308  (constant text)
+            '<p class="errornote">corrupt row: its value does not decode as the Go '
+            "program's messages; the next fetch drops it. Delete it here to drop it now.</p>"
+        )
+    if not msgs:
+        return mark_safe("<p>(no messages: an empty row)</p>")  # noqa: S308
+    parts = []
+    for index, msg in enumerate(msgs, 1):
+        title = f"message {index} of {len(msgs)}" if len(msgs) > 1 else "message"
+        rows = format_html_join(
+            "", '<tr><th scope="row">{}</th><td>{}</td></tr>', message_rows(msg)
+        )
+        parts.append(
+            format_html('<table class="dl-message"><caption>{}</caption>{}</table>', title, rows)
+        )
+    return format_html_join("", "{}", ((p,) for p in parts))
