@@ -24,6 +24,8 @@ _DEFAULTS: dict[str, Any] = {
     "HANDLERS": {},
     "MAX_ATTEMPTS": None,
     "ADMIN_TIME_BUDGET": 5.0,
+    "EXPIRY_WARNING": None,
+    "METRICS_TOKEN": None,
 }
 _cache: dict[str, Any] = {}
 _cached_from: list[Any] = [None]
@@ -67,6 +69,17 @@ class Settings:
         """Seconds an admin request may spend on bulk work (retry, delete, drain,
         purge) before it stops and says how much is left."""
         return float(_read("ADMIN_TIME_BUDGET"))
+
+    @property
+    def EXPIRY_WARNING(self) -> timedelta | None:
+        """Warn (log and `message_expiring`) once per message this long before the
+        age limit drops it; None: no warnings."""
+        return _read("EXPIRY_WARNING")
+
+    @property
+    def METRICS_TOKEN(self) -> str | None:
+        """The bearer token the Prometheus endpoint asks for; unset: the endpoint is off."""
+        return _read("METRICS_TOKEN") or None
 
 
 conf = Settings()

@@ -31,6 +31,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from deadletter import codec, detached, keys, signals, sql
 from deadletter.causes import signature_of
 from deadletter.conf import conf
+from deadletter.counters import record_drop
 from deadletter.exceptions import DeadletterError
 from deadletter.gotime import GoTime
 from deadletter.legacy import iter_queue_heads, split_legacy_row
@@ -356,7 +357,7 @@ def _process_row(
             split_legacy_row(connection, table, prefix, value, now_ns=now_ns, max_age_ns=max_age_ns)
         except codec.CodecError as exc:
             logger.error("dropping corrupt legacy row queue=%s error=%s", queue, exc)
-            if _safe_delete(connection, table, key, value, queue):
+            if _safe_delete(connection, table, key, value, queue, "corrupt"):
                 sql.dropped(connection, queue, key, None, "corrupt")
             return _SKIP
         except sql.Conflict:
@@ -369,19 +370,21 @@ def _process_row(
         msgs = codec.decode(value)
     except codec.CodecError as exc:
         logger.error("dropping corrupt row queue=%s key=%s error=%s", queue, key.hex(), exc)
-        if _safe_delete(connection, table, key, value, queue):
+        if _safe_delete(connection, table, key, value, queue, "corrupt"):
             sql.dropped(connection, queue, key, None, "corrupt")
         return _SKIP
     live, expired, changed = _apply_age_rules(queue, key, msgs, now_ns, max_age_ns)
     if not changed and len(live) == 1:
         return Queued(key, live[0])
     if not live:
-        if _safe_delete(connection, table, key, value, queue):
+        if _safe_delete(connection, table, key, value, queue, "expired", len(expired)):
             for msg in expired:
                 sql.dropped(connection, queue, key, msg, "expired")
         return _SKIP
     try:
-        _rewrite_row(connection, table, prefix, key, value, live, queue)
+        with transaction.atomic(using=connection.alias):
+            _rewrite_row(connection, table, prefix, key, value, live, queue)
+            record_drop(connection, queue, "expired", len(expired))
     except sql.Conflict:
         return _REREAD
     except DatabaseError:
@@ -429,10 +432,21 @@ def _delete_if_unchanged(
 
 
 def _safe_delete(
-    connection: BaseDatabaseWrapper, table: str, key: bytes, value: bytes, queue: str
+    connection: BaseDatabaseWrapper,
+    table: str,
+    key: bytes,
+    value: bytes,
+    queue: str,
+    reason: str,
+    dropped: int = 1,
 ) -> bool:
+    """Delete a dropped row and count the drop (`counters.record_drop`) in one transaction."""
     try:
-        return bool(_delete_if_unchanged(connection, table, key, value))
+        with transaction.atomic(using=connection.alias):
+            deleted = bool(_delete_if_unchanged(connection, table, key, value))
+            if deleted:
+                record_drop(connection, queue, reason, dropped)
+            return deleted
     except DatabaseError:
         logger.exception("delete failed queue=%s key=%s", queue, key.hex())
         return False
@@ -628,7 +642,10 @@ def drop_msg(key: bytes, msg: Message | None, reason: str) -> bool:
     queue = keys.queue_of(key)
     connection = sql.connection()
     try:
-        deleted = sql.write(connection, _delete_sql(connection), (key,))
+        with transaction.atomic(using=connection.alias):
+            deleted = sql.write(connection, _delete_sql(connection), (key,))
+            if deleted:
+                record_drop(connection, queue, reason)
     except DatabaseError as exc:
         logger.exception("drop failed queue=%s key=%s", queue, key.hex())
         raise QueueingError from exc

@@ -9,3 +9,6 @@ message_dequeued = Signal()
 # Sent when a message is thrown away: sender=queue name, key=bytes, msg=Message | None,
 # reason="expired" | "corrupt" | "permanent" | "max_attempts".
 message_dropped = Signal()
+# Sent once per message that the age limit will drop within DEADLETTER_EXPIRY_WARNING:
+# sender=queue name, key=bytes, msg=Message, expires_at=aware datetime.
+message_expiring = Signal()

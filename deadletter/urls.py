@@ -1,8 +1,16 @@
-"""URL pieces shared by the edges: the one text form of a key in a path."""
+"""URL pieces shared by the edges: the one text form of a key in a path, and
+the app's own routes: `path("deadletter/", include("deadletter.urls"))` gives
+the Prometheus endpoint the name `deadletter:metrics` (off unless
+`DEADLETTER_METRICS_TOKEN` is set)."""
 
 from __future__ import annotations
 
+from django.urls import path
+
 from deadletter import keys
+from deadletter.metrics import metrics_view
+
+app_name = "deadletter"
 
 
 class KeyConverter:
@@ -15,3 +23,6 @@ class KeyConverter:
 
     def to_url(self, value: bytes) -> str:
         return keys.to_text(value)
+
+
+urlpatterns = [path("metrics", metrics_view, name="metrics")]
