@@ -83,9 +83,10 @@ def private_connection(connection: BaseDatabaseWrapper) -> BaseDatabaseWrapper:
     """This thread's second connection to `connection`'s database, in autocommit.
 
     A copy of the alias's `DatabaseWrapper`, so its statements go through
-    Django's cursor wrapper (and the caller's execute wrappers); closed as
-    Django closes its own (`CONN_MAX_AGE`) when the caller's transaction or
-    request ends.
+    Django's cursor wrapper (and the caller's execute wrappers). Kept for the
+    next store (a connect costs more than the INSERT); closed with the
+    caller's connection, and at the end of a request as Django closes its own
+    (`CONN_MAX_AGE`).
     """
     wrappers: dict[str, BaseDatabaseWrapper] = _local.__dict__.setdefault("wrappers", {})
     private = wrappers.get(connection.alias)
@@ -152,19 +153,19 @@ def _install_hooks(connection: BaseDatabaseWrapper) -> None:
 
 
 def _transaction_ended(connection: BaseDatabaseWrapper, *, closed: bool = False) -> None:
-    """Run the deferred writes (on the connection itself, or on the private one
-    when it was closed), then let the private connection go as Django would."""
+    """Run the deferred writes: on the connection itself, or, when it was closed
+    (the database rolled back by itself), on the private one, which then goes
+    with it: a private connection lives no longer than its caller's."""
     if connection.__dict__.get(_FLUSHING):
         return
     connection.__dict__[_FLUSHING] = True
     try:
         if connection.__dict__.get(_PENDING):
-            via = private_connection(connection) if closed else connection
-            _flush(connection, via)
-        wrappers = _local.__dict__.get("wrappers", {})
-        private = wrappers.get(connection.alias)
-        if private is not None and private is not connection:
-            private.close_if_unusable_or_obsolete()
+            _flush(connection, private_connection(connection) if closed else connection)
+        if closed:
+            private = _local.__dict__.get("wrappers", {}).get(connection.alias)
+            if private is not None and private is not connection:
+                private.close()
     finally:
         connection.__dict__[_FLUSHING] = False
 

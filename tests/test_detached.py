@@ -220,14 +220,35 @@ def test_on_postgresql_a_broken_callers_transaction_still_parks() -> None:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_on_postgresql_the_second_connection_is_closed_when_the_transaction_ends() -> None:
+def test_on_postgresql_the_second_connection_is_reused_and_closed_with_the_callers() -> None:
     if connection.vendor != "postgresql":
         pytest.skip("PostgreSQL writes on a second connection")
+    caller = connections["default"]
+    with transaction.atomic():
+        store_failed_msgs("q", Message(subject="one"))
+        private = detached.private_connection(caller)
+        raw = private.connection
+        assert raw is not None
+    with transaction.atomic():
+        store_failed_msgs("q", Message(subject="two"))
+    assert private.connection is raw  # no connect per parked message
+    caller.close()
+    assert private.connection is None
+    assert subjects() == ["one", "two"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_second_connection_follows_django_at_the_end_of_a_request() -> None:
+    if connection.vendor != "postgresql":
+        pytest.skip("PostgreSQL writes on a second connection")
+    from django.core.signals import request_finished
+
     with transaction.atomic():
         store_failed_msgs("q", Message(subject="x"))
-        private = detached.private_connection(connections["default"])
-        assert private.connection is not None
-    assert private.connection is None  # CONN_MAX_AGE = 0, as Django closes its own
+    private = detached.private_connection(connections["default"])
+    assert private.connection is not None
+    request_finished.send(sender=None)
+    assert private.connection is None  # CONN_MAX_AGE = 0: closed, as Django closes its own
 
 
 @pytest.mark.django_db(transaction=True)
