@@ -68,7 +68,9 @@ def queue_statuses() -> list[QueueStatus]:
     """Every queue that holds a row, in key order. Raises `DatabaseError`."""
     connection = sql.connection()
     with _snapshot(connection):
-        prefixes = [head.partition(keys.SEPARATOR)[0] for head in iter_queue_heads(connection, sql.TABLE)]
+        prefixes = [
+            head.partition(keys.SEPARATOR)[0] for head in iter_queue_heads(connection, sql.TABLE)
+        ]
         depths = _depths(connection, prefixes)
         return [_status(connection, p, d) for p, d in zip(prefixes, depths, strict=True)]
 

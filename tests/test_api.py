@@ -157,8 +157,20 @@ def test_malformed_key_is_400_naming_the_key(api, bad: str) -> None:
 
 @pytest.mark.parametrize(
     "name",
-    ["a/b", "/lead", "trail/", "a//b", "x/messages", "y/drain", "100%", "50%2F", "two words",
-     "čćžšđ 名前", "line\nbreak", "?#&=+"],
+    [
+        "a/b",
+        "/lead",
+        "trail/",
+        "a//b",
+        "x/messages",
+        "y/drain",
+        "100%",
+        "50%2F",
+        "two words",
+        "čćžšđ 名前",
+        "line\nbreak",
+        "?#&=+",
+    ],
 )
 def test_any_queue_name_is_reachable(api, name: str) -> None:
     response = api.post(url(name), {"subject": "hello"}, format="json")
@@ -235,7 +247,11 @@ def test_park_keeps_unknown_keys_and_special_values(api) -> None:
     body = {
         "subject": "s",
         "TaskArgs": [1, "two"],
-        "extra": {"Score": {"$float": "NaN"}, "Blob": {"$bytes": "AAE="}, "Big": {"$int": "1" + "0" * 30}},
+        "extra": {
+            "Score": {"$float": "NaN"},
+            "Blob": {"$bytes": "AAE="},
+            "Big": {"$int": "1" + "0" * 30},
+        },
     }
     response = api.post(url("q"), body, format="json")
     assert response.status_code == 201, response.json()

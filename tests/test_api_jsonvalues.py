@@ -40,7 +40,9 @@ def values(leaves: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
         lambda inner: st.one_of(
             st.lists(inner, max_size=4),
             st.dictionaries(map_keys, inner, max_size=4),
-            st.builds(cbor2.CBORTag, st.integers(6, 2**32).filter(lambda t: t not in (2, 3)), inner),
+            st.builds(
+                cbor2.CBORTag, st.integers(6, 2**32).filter(lambda t: t not in (2, 3)), inner
+            ),
         ),
         max_leaves=12,
     )
@@ -118,7 +120,11 @@ def test_any_stored_value_reads_through_the_api_without_a_server_error(value: An
             "INSERT INTO deadletter_queuedmessage (key, value) VALUES (%s, %s)", (key, row)
         )
     try:
-        for path in (f"{API}/messages/{key.hex()}/", f"{API}/queues/values/messages/", f"{API}/queues/"):
+        for path in (
+            f"{API}/messages/{key.hex()}/",
+            f"{API}/queues/values/messages/",
+            f"{API}/queues/",
+        ):
             response = client.get(path)
             assert response.status_code < 500
             strict_json(json.loads(response.content))

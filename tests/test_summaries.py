@@ -50,7 +50,9 @@ def test_depths_are_exact_however_the_big_queues_lie(monkeypatch, layout: dict[s
 def test_the_head_gives_the_oldest_times() -> None:
     first = GoTime.parse("2026-01-01T10:00:00.5+02:00")
     insert(keys.make_key("q", 2_000_000_000_123, 1), codec.encode_one(Message(queued_at=first)))
-    insert(keys.make_key("q", 3_000_000_000_000, 2), codec.encode_one(Message(queued_at=GoTime.now())))
+    insert(
+        keys.make_key("q", 3_000_000_000_000, 2), codec.encode_one(Message(queued_at=GoTime.now()))
+    )
     [status] = summaries.queue_statuses()
     assert status.oldest_enqueued_ns == 2_000_000_000_123
     assert status.oldest_queued_at.format() == "2026-01-01T10:00:00.5+02:00"

@@ -61,9 +61,7 @@ class BoundedJSONParser(BaseParser):
 
     media_type = "application/json"
 
-    def parse(
-        self, stream: Any, media_type: str | None = None, parser_context: Any = None
-    ) -> Any:
+    def parse(self, stream: Any, media_type: str | None = None, parser_context: Any = None) -> Any:
         limit = max_message_bytes()
         raw = stream.read(limit + 1) if stream is not None else b""
         if len(raw) > limit:

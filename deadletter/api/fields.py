@@ -6,7 +6,6 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
@@ -17,6 +16,7 @@ from deadletter.gotime import GoTime
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
+@extend_schema_field({"type": "string"})
 class TextField(serializers.Field):
     """A JSON string, taken as is: whitespace and every character kept."""
 
@@ -106,19 +106,22 @@ class ExtraField(serializers.Field):
         return {str(k): jsonvalues.to_json(v) for k, v in value.items()}
 
 
-@extend_schema_field(OpenApiTypes.STR)
+KEY_PATTERN = "^(?:[0-9a-f]{2}){1,272}$"
+
+
+@extend_schema_field({"type": "string", "pattern": KEY_PATTERN})
 class KeyField(serializers.Field):
     """A row key as lowercase hex, given to the code as bytes."""
 
     default_error_messages = {"invalid": "Not a key: expected lowercase hex of a row key."}
 
     def to_internal_value(self, data: Any) -> bytes:
-        if not isinstance(data, str) or data != data.lower():
-            self.fail("invalid")
         try:
-            return keys.from_text(data)
+            if isinstance(data, str) and data == data.lower():
+                return keys.from_text(data)
         except ValueError:
-            self.fail("invalid")
+            pass
+        raise serializers.ValidationError(self.error_messages["invalid"], code="invalid")
 
     def to_representation(self, value: Any) -> str:
         return keys.to_text(value)

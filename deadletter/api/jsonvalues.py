@@ -44,7 +44,9 @@ def to_json(value: Any, depth: int = 0) -> Any:
     if kind is float:
         if math.isfinite(value):
             return value
-        return {"$float": "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")}
+        return {
+            "$float": "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+        }
     if depth >= MAX_DEPTH:
         return {"$repr": "nested too deeply to show"}
     if isinstance(value, bytes | bytearray | memoryview):

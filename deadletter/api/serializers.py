@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
@@ -211,8 +210,13 @@ class QueueSerializer(serializers.Serializer):
         return status.oldest_age_seconds(self.context.get("now_ns"))
 
 
+@extend_schema_field({"type": "integer", "minimum": 1, "maximum": MAX_DRAIN_LIMIT})
+class DrainLimitField(Int64Field):
+    """The drain's `limit`: a JSON integer, 1..MAX_DRAIN_LIMIT."""
+
+
 class DrainRequestSerializer(serializers.Serializer):
-    limit = Int64Field(
+    limit = DrainLimitField(
         required=False,
         default=DEFAULT_DRAIN_LIMIT,
         help_text=f"Messages to hand over at most (1..{MAX_DRAIN_LIMIT}).",
@@ -257,7 +261,6 @@ __all__ = [
     "ErrorSerializer",
     "KeySerializer",
     "MessageSerializer",
-    "OpenApiTypes",
     "PageQuerySerializer",
     "PageSerializer",
     "ParkedSerializer",

@@ -22,6 +22,7 @@ from deadletter.api.access import (
     ServiceUnavailable,
     openapi,
 )
+from deadletter.api.fields import KEY_PATTERN
 from deadletter.api.serializers import (
     ErrorSerializer,
     KeySerializer,
@@ -41,7 +42,13 @@ NAME = OpenApiParameter(
     description="The queue's name: any text of 1..255 UTF-8 bytes without NUL, "
     "'/' included (percent-encode what a URL path cannot hold).",
 )
-KEY = OpenApiParameter("key", str, OpenApiParameter.PATH, description="A row key, lowercase hex.")
+KEY = OpenApiParameter(
+    "key",
+    str,
+    OpenApiParameter.PATH,
+    description="A row key, lowercase hex (anything else is a 400 naming `key`).",
+    pattern=KEY_PATTERN,
+)
 REFUSALS: dict[int, Any] = {
     401: OpenApiResponse(ErrorSerializer, description="Not authenticated."),
     403: OpenApiResponse(ErrorSerializer, description="Lacks the model permission."),
