@@ -23,6 +23,7 @@ __all__ = [
     "Removal",
     "adequeue",
     "afetch_failed_msgs",
+    "aremove_msg",
     "astore_failed_msgs",
     "dequeue",
     "fetch_failed_msgs",

@@ -503,3 +503,9 @@ def test_dequeue_inside_a_transaction_signals_after_the_commit(clock) -> None:
     finally:
         signals.message_dequeued.disconnect(receiver)
     assert seen == [key]
+
+
+def test_the_package_exports_the_removal_api() -> None:
+    assert deadletter.Removal is Removal
+    assert deadletter.remove_msg is remove_msg
+    assert deadletter.aremove_msg is deadletter.queue.aremove_msg
