@@ -3,12 +3,13 @@
 Depths are counts of key ranges of the primary-key index, never decoded
 rows; only each queue's head row is decoded, for the time its message first
 failed. On SQLite the counts are arranged so a million rows answer in tens of
-milliseconds: SQLite counts a whole table from its b-tree pages (about 18 ns
-a row here) and a one-sided range `key >= x` without comparing each key (about
-40 ns), while a two-sided range compares every key (about 90 ns). So small
-queues are counted exactly by a bounded probe, and the big ones are counted
-so the largest-looking work is done by the whole-table count: one big queue's
-depth is the table's count minus every other queue's.
+milliseconds: SQLite counts a whole table from its b-tree pages without
+reading each entry (a few ms a million with the pages cached), and a
+one-sided range `key >= x` without comparing each key, while a two-sided
+range compares every key (about three times the one-sided cost). So small
+queues are counted exactly by a bounded probe; the first big queue's depth
+is the table's count less every other queue's, and the last two big queues
+are counted one-sided to the table's end, less what follows them.
 """
 
 from __future__ import annotations
@@ -134,13 +135,16 @@ def _depths(connection: BaseDatabaseWrapper, prefixes: list[bytes]) -> list[int]
     big = [i for i, depth in enumerate(depths) if depth > PROBE_ROWS]
     if not big:
         return depths
-    last = len(prefixes) - 1
+    # The first big queue is the table's count less every other queue; the last two
+    # are counted one-sided from their start to the table's end (less what follows
+    # them); any others, two-sided.
+    derived, suffixed = big[0], big[1:][-2:]
     for i in big[1:]:
-        # The last queue's range runs to the end of the table: one-sided.
-        high = None if i == last else prefixes[i] + b"\x01"
-        depths[i] = _count(connection, prefixes[i], high)
+        if i not in suffixed:
+            depths[i] = _count(connection, prefixes[i], prefixes[i] + b"\x01")
+    for i in reversed(suffixed):
+        depths[i] = _count(connection, prefixes[i], None) - sum(depths[i + 1 :])
     total = int(sql.read(connection, f"SELECT COUNT(*) FROM {table}", ())[0][0])
-    derived = big[0]
     depths[derived] = max(0, total - sum(d for i, d in enumerate(depths) if i != derived))
     return depths
 
