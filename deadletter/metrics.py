@@ -88,8 +88,10 @@ class StatsCollector:
 
 def _buckets(q: stats.QueueStats) -> list[tuple[str, float]]:
     """Cumulative `le` buckets of the attempts histogram, ending in +Inf."""
+    from prometheus_client.utils import floatToGoString
+
     counts = list(q.attempts.values())
-    bounds = [str(b) for b in stats.ATTEMPT_BUCKETS] + ["+Inf"]
+    bounds = [floatToGoString(b) for b in stats.ATTEMPT_BUCKETS] + ["+Inf"]
     total, result = 0, []
     for bound, count in zip(bounds, counts, strict=True):
         total += count

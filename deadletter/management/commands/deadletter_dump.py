@@ -1,0 +1,63 @@
+"""`manage.py deadletter_dump [--queue NAME ...] [-o FILE]`: every message as NDJSON
+(`deadletter.ndjson`), to reproduce a failure elsewhere."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import DatabaseError
+
+from deadletter import ndjson
+from deadletter.management.arguments import add_queue_argument
+from deadletter.progress import add_progress_argument, progress_bar
+
+
+class Command(BaseCommand):
+    help = (
+        "Write every message of the chosen queues (default: all) as NDJSON, one row a "
+        "line with its key, to FILE or stdout."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        add_queue_argument(parser, "Dump only this queue (repeatable); default: every queue.")
+        parser.add_argument(
+            "-o", "--output", metavar="FILE", help="Write to FILE (replaced only when complete)."
+        )
+        add_progress_argument(parser)
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        queues, path = options["queues"], options["output"]
+        try:
+            if path is None:
+                # The bar goes to stderr; stdout carries nothing but the dump.
+                with self._bar(queues, options["progress"]) as tick:
+                    ndjson.dump(self.stdout, queues, on_row=tick)
+                return
+            written = self._to_file(path, queues, options["progress"])
+        except DatabaseError as exc:
+            raise CommandError(f"could not read the queue: {exc}") from exc
+        except OSError as exc:
+            raise CommandError(f"could not write {path}: {exc}") from exc
+        self.stderr.write(f"Dumped {written} row(s) to {path}")
+
+    def _bar(self, queues: list[str] | None, enabled: bool) -> Any:
+        total = ndjson.dump_total(queues) if enabled else None
+        return progress_bar(self.stderr, total=total, desc="dumping", enabled=enabled)
+
+    def _to_file(self, path: str, queues: list[str] | None, enabled: bool) -> int:
+        directory = os.path.dirname(os.path.abspath(path))
+        fd, temp = tempfile.mkstemp(prefix=".deadletter-dump-", dir=directory)
+        try:
+            with (
+                os.fdopen(fd, "w", encoding="utf-8", newline="\n") as out,
+                self._bar(queues, enabled) as tick,
+            ):
+                written = ndjson.dump(out, queues, on_row=tick)
+            os.replace(temp, path)
+        except BaseException:
+            os.unlink(temp)
+            raise
+        return written

@@ -1,0 +1,253 @@
+"""NDJSON dump and load of queued messages: one row a line, so a failure can be
+reproduced on another machine.
+
+A line is one row, its key kept:
+
+    {"key": "<hex>", "queue": "mail", "Timestamp": "...", "QueuedAt": "...",
+     "Username": "...", "Subject": "...", "Descriptions": [...] | null,
+     "Fields": [...] | null, "SkipRecipients": [...] | null, "Code": 3,
+     "extra": {<unknown keys>}}
+
+Times are Go's RFC 3339 text to the nanosecond (`.format()`), null for the zero
+time. Unknown keys keep any CBOR value in the JSON form of
+`deadletter.api.jsonvalues` (`{"$bytes": ...}`, `{"$float": "NaN"}`, ...).
+A row that holds other than one message (an older release's aggregate, a
+multi-message row) is `{"key", "queue", "messages": [<the fields above>, ...]}`;
+a row that does not decode is `{"key", "queue", "corrupt": "<why>", "value":
+{"$bytes": "<base64>"}}` and is loaded back byte for byte.
+
+Both directions stream: a dump reads pages of the key index, a load reads the
+file twice (every line is checked before any is written, so a malformed line
+loads nothing) and inserts in batches with ON CONFLICT DO NOTHING, so loading
+a file again adds nothing.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Callable, Iterable, Iterator
+from typing import IO, Any
+
+from django.db import transaction
+
+from deadletter import codec, keys, sql, summaries
+from deadletter.api.jsonvalues import from_json, to_json
+from deadletter.exceptions import DeadletterError
+from deadletter.gotime import GoOnlyTime, GoTime
+from deadletter.messages import Message
+
+__all__ = ["LoadError", "dump", "dump_total", "load", "parse_line", "row_line"]
+
+BATCH = 1000
+_TIMES = ("Timestamp", "QueuedAt")
+_STRINGS = ("Username", "Subject")
+_LISTS = ("Descriptions", "Fields", "SkipRecipients")
+_MESSAGE_KEYS = frozenset((*_TIMES, *_STRINGS, *_LISTS, "Code", "extra"))
+
+
+class LoadError(DeadletterError, ValueError):
+    """A line of a dump that cannot be loaded; the text names the line."""
+
+
+def _queue_names(queues: Iterable[str] | None) -> list[tuple[str, int]]:
+    if queues is None:
+        return [(s.name, s.depth) for s in summaries.queue_statuses()]
+    return [(name, summaries.queue_status(name).depth) for name in dict.fromkeys(queues)]
+
+
+def dump_total(queues: Iterable[str] | None = None) -> int:
+    """How many rows `dump` will write (key-range counts), for a progress bar."""
+    return sum(depth for _, depth in _queue_names(queues))
+
+
+def dump(
+    out: IO[str] | Any,
+    queues: Iterable[str] | None = None,
+    *,
+    on_row: Callable[[int], None] | None = None,
+) -> int:
+    """Write every row of `queues` (all when None) to `out` in key order, one line
+    each; returns the number of lines. Reads a page of rows at a time."""
+    connection = sql.connection()
+    written = 0
+    for name, _ in _queue_names(queues):
+        low, high = keys.queue_bounds(name)
+        for key, value in sql.iter_range(connection, sql.TABLE, low, high, BATCH):
+            out.write(row_line(key, value))
+            written += 1
+            if on_row is not None:
+                on_row(1)
+    return written
+
+
+def row_line(key: bytes, value: bytes) -> str:
+    """One row as its NDJSON line (with the newline)."""
+    head: dict[str, Any] = {"key": keys.to_text(key), "queue": keys.queue_of(key)}
+    try:
+        msgs = codec.decode(value)
+    except codec.CodecError as exc:
+        head["corrupt"] = str(exc)
+        head["value"] = {"$bytes": base64.b64encode(value).decode("ascii")}
+    else:
+        if len(msgs) == 1 and not keys.is_legacy_key(key):
+            head.update(_message_json(msgs[0]))
+        else:
+            head["messages"] = [_message_json(m) for m in msgs]
+    return json.dumps(head, ensure_ascii=False, allow_nan=False, separators=(",", ":")) + "\n"
+
+
+def _message_json(msg: Message) -> dict[str, Any]:
+    return {
+        "Timestamp": _time_text(msg.timestamp),
+        "QueuedAt": _time_text(msg.queued_at),
+        "Username": msg.username,
+        "Subject": msg.subject,
+        "Descriptions": msg.descriptions,
+        "Fields": msg.fields,
+        "SkipRecipients": msg.skip_recipients,
+        "Code": int(msg.code),
+        "extra": {str(k): to_json(v) for k, v in msg.extra.items()},
+    }
+
+
+def _time_text(moment: GoTime | GoOnlyTime | None) -> str | None:
+    return None if moment is None else moment.format()
+
+
+# --- load --------------------------------------------------------------------------
+
+
+def parse_line(text: str) -> tuple[bytes, bytes]:
+    """The (key, value) a line stands for; `ValueError` saying what is wrong."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ValueError("not a JSON object")
+    key_text, queue = data.pop("key", None), data.pop("queue", None)
+    if not isinstance(key_text, str) or not isinstance(queue, str):
+        raise ValueError('"key" (hex) and "queue" (text) are required')
+    key = keys.from_text(key_text)
+    keys.encode_queue_name(queue)
+    if keys.queue_of(key) != queue or (not keys.is_legacy_key(key) and _bad_suffix(key)):
+        raise ValueError(f"key {key_text} is not a key of queue {queue!r}")
+    if "corrupt" in data:
+        if set(data) != {"corrupt", "value"} or not isinstance(data["value"], dict):
+            raise ValueError('a corrupt row has only "corrupt" and "value": {"$bytes": ...}')
+        raw = from_json(data["value"])
+        if not isinstance(raw, bytes):
+            raise ValueError('"value" of a corrupt row must be {"$bytes": "<base64>"}')
+        return key, raw
+    if "messages" in data:
+        if set(data) != {"messages"} or not isinstance(data["messages"], list):
+            raise ValueError('"messages" must be a list and stand alone beside key and queue')
+        msgs = [_message(item, f"messages[{i}]") for i, item in enumerate(data["messages"])]
+        return key, codec.encode(msgs)
+    if keys.is_legacy_key(key):
+        raise ValueError('a legacy aggregate key needs "messages"')
+    return key, codec.encode_one(_message(data, "the message"))
+
+
+def _bad_suffix(key: bytes) -> bool:
+    try:
+        keys.parse_key(key)
+    except ValueError:
+        return True
+    return False
+
+
+def _message(data: Any, where: str) -> Message:
+    if not isinstance(data, dict):
+        raise ValueError(f"{where} is not an object")
+    unknown = set(data) - _MESSAGE_KEYS
+    if unknown:
+        raise ValueError(f"{where} has unknown fields: {', '.join(sorted(unknown))}")
+    fields: dict[str, Any] = {}
+    for name, attr in (("Timestamp", "timestamp"), ("QueuedAt", "queued_at")):
+        value = data.get(name)
+        if value is not None and not isinstance(value, str):
+            raise ValueError(f"{where}: {name} must be RFC 3339 text or null")
+        fields[attr] = None if value is None else GoTime.parse(value)
+    for name, attr in (("Username", "username"), ("Subject", "subject")):
+        value = data.get(name, "")
+        if not isinstance(value, str):
+            raise ValueError(f"{where}: {name} must be text")
+        fields[attr] = value
+    for name, attr in (
+        ("Descriptions", "descriptions"),
+        ("Fields", "fields"),
+        ("SkipRecipients", "skip_recipients"),
+    ):
+        value = data.get(name)
+        if value is not None and not (
+            isinstance(value, list) and all(isinstance(v, str) for v in value)
+        ):
+            raise ValueError(f"{where}: {name} must be a list of text or null")
+        fields[attr] = value
+    code = data.get("Code", 0)
+    if type(code) is not int or not -(2**63) <= code < 2**63:
+        raise ValueError(f"{where}: Code must be a 64-bit integer")
+    fields["code"] = code
+    extra = data.get("extra", {})
+    if not isinstance(extra, dict):
+        raise ValueError(f"{where}: extra must be an object")
+    fields["extra"] = {k: from_json(v) for k, v in extra.items()}
+    return Message(**fields)
+
+
+def _rows(lines: Iterable[str]) -> Iterator[tuple[int, bytes, bytes]]:
+    """(line number, key, value) of every non-blank line; `LoadError` naming the line."""
+    for number, text in enumerate(lines, start=1):
+        if not text.strip():
+            continue
+        try:
+            key, value = parse_line(text)
+        except (ValueError, TypeError, codec.CodecError) as exc:
+            raise LoadError(f"line {number}: {exc}") from None
+        yield number, key, value
+
+
+def check(path: str) -> int:
+    """Read the whole file and return its row count; `LoadError` at the first bad line."""
+    with open(path, encoding="utf-8") as lines:
+        try:
+            return sum(1 for _ in _rows(lines))
+        except UnicodeDecodeError as exc:
+            raise LoadError(f"not UTF-8 text: {exc}") from None
+
+
+def load(
+    path: str, *, on_row: Callable[[int], None] | None = None, checked: int | None = None
+) -> tuple[int, int]:
+    """Check every line of the file at `path` (unless `checked` gives `check`'s answer
+    already), then insert its rows with their keys in batches of `BATCH`, each a
+    transaction (a row whose key is already there is left as it is). Returns
+    (rows in the file, rows inserted). `LoadError` and nothing written for a
+    malformed line."""
+    total = check(path) if checked is None else checked
+    connection = sql.connection()
+    table = sql.quoted(connection, sql.TABLE)
+    insert = f"INSERT INTO {table} (key, value) VALUES (%s, %s) ON CONFLICT (key) DO NOTHING"
+    inserted = 0
+    batch: list[tuple[bytes, bytes]] = []
+
+    def flush() -> None:
+        nonlocal inserted
+        with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
+            for row in batch:
+                cursor.execute(insert, row)
+                inserted += max(cursor.rowcount, 0)
+        if on_row is not None:
+            on_row(len(batch))
+        batch.clear()
+
+    with open(path, encoding="utf-8") as lines:
+        for _number, key, value in _rows(lines):
+            batch.append((key, value))
+            if len(batch) >= BATCH:
+                flush()
+    if batch:
+        flush()
+    return total, inserted
