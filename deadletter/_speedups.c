@@ -19,6 +19,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <datetime.h>
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -26,6 +27,8 @@
 /* Seconds whose nanoseconds still fit in a signed 64-bit integer. */
 #define MAX_SECONDS 9223372035LL
 #define FIELD_COUNT 8
+/* How deep go_encode writes lists and maps in a message's unknown keys. */
+#define MAX_PLAIN_DEPTH 16
 #ifndef Py_T_OBJECT_EX
 #define Py_T_OBJECT_EX 16 /* T_OBJECT_EX before Python 3.12 */
 #endif
@@ -280,6 +283,47 @@ same_ascii(PyObject *text, PyObject *ascii)
            && memcmp(PyUnicode_DATA(text), PyUnicode_DATA(ascii), (size_t)size) == 0;
 }
 
+/* Whether `key` can be an unknown key of a message: a str no Go field takes,
+ * Go matching field names exactly or, for ASCII names, ignoring case. */
+static int
+is_extra_key(PyObject *key)
+{
+    Py_ssize_t size, i, j;
+    const char *data, *name;
+
+    if (!PyUnicode_CheckExact(key)) {
+        return 0;
+    }
+    if (!PyUnicode_IS_ASCII(key)) {
+        return 1;
+    }
+    size = PyUnicode_GET_LENGTH(key);
+    data = (const char *)PyUnicode_DATA(key);
+    for (i = 0; i < FIELD_COUNT; i++) {
+        PyObject *field = PyTuple_GET_ITEM(go_keys, i);
+        if (PyUnicode_GET_LENGTH(field) != size) {
+            continue;
+        }
+        name = (const char *)PyUnicode_DATA(field);
+        for (j = 0; j < size; j++) {
+            char a = data[j], b = name[j];
+            if (a >= 'A' && a <= 'Z') {
+                a += 'a' - 'A';
+            }
+            if (b >= 'A' && b <= 'Z') {
+                b += 'a' - 'A';
+            }
+            if (a != b) {
+                break;
+            }
+        }
+        if (j == size) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
 static int
 is_configured(void)
 {
@@ -300,22 +344,29 @@ go_message(PyObject *module, PyObject *item)
 {
     PyObject *values[FIELD_COUNT], *key, *value, *expected, *timestamp = NULL, *queued_at = NULL;
     PyObject *code, *fields = NULL, *extra = NULL, *message = NULL;
-    Py_ssize_t position = 0, index = 0;
+    Py_ssize_t position = 0, index = 0, fields_end = 0;
     long long code_value;
     int overflow;
 
     if (!is_configured()) {
         return NULL;
     }
-    if (!PyDict_CheckExact(item) || PyDict_GET_SIZE(item) != FIELD_COUNT) {
+    if (!PyDict_CheckExact(item) || PyDict_GET_SIZE(item) < FIELD_COUNT) {
         Py_RETURN_NONE;
     }
+    /* Go's eight keys in order, then (a user's message) keys of its own. */
     while (PyDict_Next(item, &position, &key, &value)) {
-        expected = PyTuple_GET_ITEM(go_keys, index);
-        if (key != expected && !same_ascii(key, expected)) {
+        if (index < FIELD_COUNT) {
+            expected = PyTuple_GET_ITEM(go_keys, index);
+            if (key != expected && !same_ascii(key, expected)) {
+                Py_RETURN_NONE;
+            }
+            values[index++] = value;
+            fields_end = position;
+        }
+        else if (!is_extra_key(key)) {
             Py_RETURN_NONE;
         }
-        values[index++] = value;
     }
     if (!PyUnicode_CheckExact(values[2]) || !PyUnicode_CheckExact(values[3])
         || !is_list_of(values[4], is_str) || !is_list_of(values[5], is_str)
@@ -351,8 +402,17 @@ go_message(PyObject *module, PyObject *item)
         code = values[7];
     }
     extra = PyDict_New();
+    if (extra == NULL) {
+        goto done;
+    }
+    position = fields_end;
+    while (PyDict_Next(item, &position, &key, &value)) {
+        if (PyDict_SetItem(extra, key, value) < 0) {
+            goto done;
+        }
+    }
     fields = PyDict_Copy(fields_template);  /* sized for its keys: no resizing below */
-    if (extra == NULL || fields == NULL
+    if (fields == NULL
         || PyDict_SetItem(fields, PyTuple_GET_ITEM(attributes, 0), timestamp) < 0
         || PyDict_SetItem(fields, PyTuple_GET_ITEM(attributes, 1), queued_at) < 0
         || PyDict_SetItem(fields, PyTuple_GET_ITEM(attributes, 2), values[2]) < 0
@@ -496,10 +556,141 @@ wire_time(PyObject *time, PyObject **text)
     return 1;
 }
 
+/* Whether go_encode writes `value` (in an unknown key) as cbor2 would: None,
+ * bools, 64-bit ints, finite floats, str with UTF-8, bytes, and lists and
+ * maps of these, exact types only. Anything else is the Python encoder's. */
+static int
+is_plain(PyObject *value, int depth)
+{
+    Py_ssize_t i = 0;
+    PyObject *key, *item;
+    int overflow;
+    long long number;
+
+    if (value == Py_None || value == Py_True || value == Py_False || PyBytes_CheckExact(value)) {
+        return 1;
+    }
+    if (PyLong_CheckExact(value)) {
+        number = PyLong_AsLongLongAndOverflow(value, &overflow);
+        if (number == -1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            return 0;
+        }
+        return !overflow;
+    }
+    if (PyFloat_CheckExact(value)) {
+        return isfinite(PyFloat_AS_DOUBLE(value));
+    }
+    if (PyUnicode_CheckExact(value)) {
+        return text_utf8(value);
+    }
+    if (depth >= MAX_PLAIN_DEPTH) {
+        return 0;
+    }
+    if (PyList_CheckExact(value)) {
+        for (i = 0; i < PyList_GET_SIZE(value); i++) {
+            if (!is_plain(PyList_GET_ITEM(value, i), depth + 1)) {
+                return 0;
+            }
+        }
+        return 1;
+    }
+    if (PyDict_CheckExact(value)) {
+        while (PyDict_Next(value, &i, &key, &item)) {
+            if (!is_plain(key, depth + 1) || !is_plain(item, depth + 1)) {
+                return 0;
+            }
+        }
+        return 1;
+    }
+    return 0;
+}
+
+/* A value `is_plain` accepted, in the bytes cbor2 writes for it. */
+static void
+put_plain(Writer *writer, PyObject *value)
+{
+    Py_ssize_t i = 0;
+    PyObject *key, *item;
+    long long number;
+    unsigned char head[9];
+    uint64_t bits;
+    double real;
+    int overflow, byte;
+
+    if (value == Py_None) {
+        put(writer, "\xf6", 1);
+    }
+    else if (value == Py_True) {
+        put(writer, "\xf5", 1);
+    }
+    else if (value == Py_False) {
+        put(writer, "\xf4", 1);
+    }
+    else if (PyLong_CheckExact(value)) {
+        number = PyLong_AsLongLongAndOverflow(value, &overflow);
+        if (number >= 0) {
+            put_head(writer, 0, (uint64_t)number);
+        }
+        else {
+            put_head(writer, 1, (uint64_t)(-1 - number));
+        }
+    }
+    else if (PyFloat_CheckExact(value)) {
+        real = PyFloat_AS_DOUBLE(value);
+        memcpy(&bits, &real, sizeof bits);
+        head[0] = 0xfb;
+        for (byte = 0; byte < 8; byte++) {
+            head[8 - byte] = (unsigned char)(bits >> (8 * byte));
+        }
+        put(writer, head, 9);
+    }
+    else if (PyUnicode_CheckExact(value)) {
+        put_text(writer, value);
+    }
+    else if (PyBytes_CheckExact(value)) {
+        put_head(writer, 2, (uint64_t)PyBytes_GET_SIZE(value));
+        put(writer, PyBytes_AS_STRING(value), PyBytes_GET_SIZE(value));
+    }
+    else if (PyList_CheckExact(value)) {
+        put_head(writer, 4, (uint64_t)PyList_GET_SIZE(value));
+        for (i = 0; i < PyList_GET_SIZE(value); i++) {
+            put_plain(writer, PyList_GET_ITEM(value, i));
+        }
+    }
+    else {
+        put_head(writer, 5, (uint64_t)PyDict_GET_SIZE(value));
+        while (PyDict_Next(value, &i, &key, &item)) {
+            put_plain(writer, key);
+            put_plain(writer, item);
+        }
+    }
+}
+
+/* Whether a message's `extra` is a dict go_encode writes: unknown keys with
+ * plain values. */
+static int
+is_plain_extra(PyObject *extra)
+{
+    Py_ssize_t i = 0;
+    PyObject *key, *value;
+
+    if (!PyDict_CheckExact(extra)) {
+        return 0;
+    }
+    while (PyDict_Next(extra, &i, &key, &value)) {
+        if (!is_extra_key(key) || !text_utf8(key) || !is_plain(value, 0)) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
 PyDoc_STRVAR(go_encode_doc,
 "go_encode(msg) -> bytes | None\n\n"
 "The per-message row value Go writes for `msg` ([msg] in CBOR) when it has\n"
-"exactly Go's shape (no extra keys); None for the Python encoder to write.");
+"Go's shape, unknown keys holding plain values allowed; None for the Python\n"
+"encoder to write.");
 
 static PyObject *
 go_encode(PyObject *module, PyObject *msg)
@@ -534,15 +725,14 @@ go_encode(PyObject *module, PyObject *msg)
     }
     shaped = shaped && !overflow && text_utf8(values[2]) && text_utf8(values[3])
              && is_list_of(values[4], text_utf8) && is_list_of(values[5], text_utf8)
-             && is_list_of(values[6], text_utf8) && PyDict_CheckExact(values[8])
-             && PyDict_GET_SIZE(values[8]) == 0;
+             && is_list_of(values[6], text_utf8) && is_plain_extra(values[8]);
     if (!shaped) {
         result = Py_NewRef(Py_None);
         goto done;
     }
     for (;;) {
         put_head(&writer, 4, 1);
-        put_head(&writer, 5, FIELD_COUNT);
+        put_head(&writer, 5, FIELD_COUNT + (uint64_t)PyDict_GET_SIZE(values[8]));
         for (i = 0; i < FIELD_COUNT; i++) {
             put_text(&writer, PyTuple_GET_ITEM(go_keys, i));
             if (i < 2) {
@@ -564,6 +754,15 @@ go_encode(PyObject *module, PyObject *msg)
             }
             else {
                 put_head(&writer, 1, (uint64_t)(-1 - code));
+            }
+        }
+        {
+            Py_ssize_t at = 0;
+            PyObject *key, *value;
+
+            while (PyDict_Next(values[8], &at, &key, &value)) {
+                put_text(&writer, key);
+                put_plain(&writer, value);
             }
         }
         if (writer.out != NULL) {

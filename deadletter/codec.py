@@ -274,12 +274,23 @@ def _message_of(item: Any, index: int) -> Message:
 
 def _message(item: Any, index: int) -> Message:
     """The Python reading and judging of one decoded message (`CodecError` if it is not one)."""
-    if type(item) is not dict or tuple(item) != _GO_KEYS:
+    if type(item) is not dict:
         return _generic_message(item, index)
-    # The shape Go writes, its eight fields in order and nothing else: the
-    # same checks as `_generic_message`, inline for the types Go writes, with
-    # the converters' error paths for anything else.
-    timestamp, queued_at, username, subject, descriptions, fields, skip, code = item.values()
+    names = tuple(item)
+    extra: dict[str, Any] = {}
+    # The shape Go writes, its eight fields in order, then (a user's message)
+    # keys of its own: the same checks as `_generic_message`, inline for the
+    # types Go writes, with the converters' error paths for anything else.
+    if names == _GO_KEYS:
+        timestamp, queued_at, username, subject, descriptions, fields, skip, code = item.values()
+    elif names[:8] == _GO_KEYS and all(
+        type(name) is str and _field_for(name) is None for name in names[8:]
+    ):
+        values = tuple(item.values())
+        timestamp, queued_at, username, subject, descriptions, fields, skip, code = values[:8]
+        extra = dict(zip(names[8:], values[8:], strict=True))
+    else:
+        return _generic_message(item, index)
     if type(timestamp) is str:
         timestamp = _go_text(timestamp, index, "Timestamp")
     elif timestamp is not None:
@@ -322,7 +333,7 @@ def _message(item: Any, index: int) -> Message:
         "fields": fields,
         "skip_recipients": skip,
         "code": _EVENT_CODES.get(code, code),
-        "extra": {},
+        "extra": extra,
     }
     return msg
 

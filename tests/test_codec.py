@@ -409,7 +409,7 @@ def outcome(read: Any) -> tuple[Any, ...]:
         msg.skip_recipients,
         type(msg.code),
         msg.code,
-        msg.extra,
+        tuple(msg.extra.items()),  # in order
     )
 
 
