@@ -15,6 +15,7 @@ __all__ = [
     "MAX_QUEUE_AGE",
     "DeadletterError",
     "EventCode",
+    "GoOnlyTime",
     "GoTime",
     "Message",
     "PermanentFailure",
@@ -36,6 +37,7 @@ _LAZY = {
     "EventCode": "deadletter.messages",
     "Message": "deadletter.messages",
     "GoTime": "deadletter.gotime",
+    "GoOnlyTime": "deadletter.gotime",
 }
 
 
