@@ -16,16 +16,19 @@ multi-message row) is `{"key", "queue", "messages": [<the fields above>, ...]}`;
 a row that does not decode is `{"key", "queue", "corrupt": "<why>", "value":
 {"$bytes": "<base64>"}}` and is loaded back byte for byte.
 
-Both directions stream: a dump reads pages of the key index, a load reads the
-file twice (every line is checked before any is written, so a malformed line
-loads nothing) and inserts in batches with ON CONFLICT DO NOTHING, so loading
-a file again adds nothing.
+Both directions stream: a dump reads pages of the key index; a load checks
+every line before it writes any (so a malformed line loads nothing), keeping
+the checked rows in a temporary file, then inserts them in batches with ON
+CONFLICT DO NOTHING, so loading a file again adds nothing.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
+import struct
+import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from typing import IO, Any
 
@@ -37,7 +40,16 @@ from deadletter.exceptions import DeadletterError
 from deadletter.gotime import GoOnlyTime, GoTime
 from deadletter.messages import Message
 
-__all__ = ["LoadError", "dump", "dump_total", "load", "parse_line", "row_line"]
+__all__ = [
+    "LoadError",
+    "check",
+    "dump",
+    "dump_total",
+    "insert",
+    "load",
+    "parse_line",
+    "row_line",
+]
 
 BATCH = 1000
 _TIMES = ("Timestamp", "QueuedAt")
@@ -209,45 +221,77 @@ def _rows(lines: Iterable[str]) -> Iterator[tuple[int, bytes, bytes]]:
         yield number, key, value
 
 
-def check(path: str) -> int:
-    """Read the whole file and return its row count; `LoadError` at the first bad line."""
-    with open(path, encoding="utf-8") as lines:
+def check(
+    source: str | IO[str],
+    spool: IO[bytes] | None = None,
+    *,
+    on_bytes: Callable[[int], None] | None = None,
+) -> int:
+    """Read every line of `source` (a path or a text stream) and return the row
+    count; `LoadError` at the first bad line. With `spool`, each row's key and
+    value are written to it as they are checked, for `insert`."""
+    with contextlib.ExitStack() as stack:
+        lines = (
+            stack.enter_context(open(source, encoding="utf-8"))
+            if isinstance(source, str)
+            else source
+        )
+        if on_bytes is not None:
+            lines = _counting(lines, on_bytes)
         try:
-            return sum(1 for _ in _rows(lines))
+            total = 0
+            for _number, key, value in _rows(lines):
+                if spool is not None:
+                    spool.write(_HEAD.pack(len(key), len(value)) + key + value)
+                total += 1
+            return total
         except UnicodeDecodeError as exc:
             raise LoadError(f"not UTF-8 text: {exc}") from None
 
 
-def load(
-    path: str, *, on_row: Callable[[int], None] | None = None, checked: int | None = None
-) -> tuple[int, int]:
-    """Check every line of the file at `path` (unless `checked` gives `check`'s answer
-    already), then insert its rows with their keys in batches of `BATCH`, each a
-    transaction (a row whose key is already there is left as it is). Returns
-    (rows in the file, rows inserted). `LoadError` and nothing written for a
-    malformed line."""
-    total = check(path) if checked is None else checked
+def _counting(lines: Iterable[str], on_bytes: Callable[[int], None]) -> Iterator[str]:
+    for text in lines:
+        on_bytes(len(text.encode("utf-8")) if not text.isascii() else len(text))
+        yield text
+
+
+_HEAD = struct.Struct(">II")
+
+
+def insert(spool: IO[bytes], *, on_row: Callable[[int], None] | None = None) -> int:
+    """Insert the rows `check` spooled, keys kept, in batches of `BATCH`, each a
+    transaction; a row whose key is already there is left as it is. Returns how
+    many rows were inserted."""
     connection = sql.connection()
     table = sql.quoted(connection, sql.TABLE)
-    insert = f"INSERT INTO {table} (key, value) VALUES (%s, %s) ON CONFLICT (key) DO NOTHING"
+    query = f"INSERT INTO {table} (key, value) VALUES (%s, %s) ON CONFLICT (key) DO NOTHING"
     inserted = 0
     batch: list[tuple[bytes, bytes]] = []
 
     def flush() -> None:
         nonlocal inserted
         with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
-            for row in batch:
-                cursor.execute(insert, row)
-                inserted += max(cursor.rowcount, 0)
+            cursor.executemany(query, batch)
+            inserted += max(cursor.rowcount, 0)  # the rows inserted, on SQLite and psycopg 3
         if on_row is not None:
             on_row(len(batch))
         batch.clear()
 
-    with open(path, encoding="utf-8") as lines:
-        for _number, key, value in _rows(lines):
-            batch.append((key, value))
-            if len(batch) >= BATCH:
-                flush()
+    spool.seek(0)
+    while head := spool.read(_HEAD.size):
+        key_len, value_len = _HEAD.unpack(head)
+        batch.append((spool.read(key_len), spool.read(value_len)))
+        if len(batch) >= BATCH:
+            flush()
     if batch:
         flush()
-    return total, inserted
+    return inserted
+
+
+def load(source: str | IO[str], *, on_row: Callable[[int], None] | None = None) -> tuple[int, int]:
+    """`check` every line of `source`, then `insert` its rows: (rows in the file, rows
+    inserted). `LoadError` and nothing written for a malformed line. The checked
+    rows wait in a temporary file, not in memory."""
+    with tempfile.TemporaryFile(prefix="deadletter-load-") as spool:
+        total = check(source, spool)
+        return total, insert(spool, on_row=on_row)

@@ -74,6 +74,7 @@ def progress_bar(
             total=total,
             desc=desc,
             unit=unit,
+            unit_scale=unit == "B",
             dynamic_ncols=sized,
             ncols=None if sized else 80,
             nrows=None if sized else 24,  # tqdm hides a bar below a terminal of 0 rows

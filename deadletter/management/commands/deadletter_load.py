@@ -8,10 +8,9 @@ queued is left alone, so loading the same file twice adds nothing.
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 import tempfile
-from typing import Any
+from typing import IO, Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
@@ -28,32 +27,33 @@ class Command(BaseCommand):
         add_progress_argument(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
-        path = options["file"]
-        spooled = None
+        name, enabled = options["file"], options["progress"]
+        source: str | IO[str] = sys.stdin if name == "-" else name
+        size = None if name == "-" else _size(name)
         try:
-            if path == "-":
-                # Loading reads the file twice (check, then insert): spool stdin to disk.
-                with tempfile.NamedTemporaryFile("wb", delete=False, suffix=".ndjson") as spool:
-                    shutil.copyfileobj(sys.stdin.buffer, spool)
-                spooled = path = spool.name
-            total = ndjson.check(path)
-            with progress_bar(
-                self.stderr, total=total, desc="loading", enabled=options["progress"]
-            ) as tick:
-                rows, inserted = ndjson.load(path, on_row=tick, checked=total)
+            with tempfile.TemporaryFile(prefix="deadletter-load-") as spool:
+                with progress_bar(
+                    self.stderr, total=size, desc="checking", unit="B", enabled=enabled
+                ) as tick:
+                    rows = ndjson.check(source, spool, on_bytes=tick)
+                with progress_bar(self.stderr, total=rows, desc="loading", enabled=enabled) as tick:
+                    inserted = ndjson.insert(spool, on_row=tick)
         except ndjson.LoadError as exc:
-            raise CommandError(f"{options['file']}: {exc}; nothing was loaded") from None
+            raise CommandError(f"{name}: {exc}; nothing was loaded") from None
         except OSError as exc:
-            raise CommandError(f"could not read {options['file']}: {exc}") from exc
+            raise CommandError(f"could not read {name}: {exc}") from exc
         except DatabaseError as exc:
             raise CommandError(
                 f"could not write the queue: {exc}; the batches committed before stay, "
                 "and loading the file again adds only the rest"
             ) from exc
-        finally:
-            if spooled is not None:
-                os.unlink(spooled)
         self.stdout.write(
-            f"Loaded {inserted} new row(s) of {rows} in {options['file']} "
-            f"({rows - inserted} already queued)."
+            f"Loaded {inserted} new row(s) of {rows} in {name} ({rows - inserted} already queued)."
         )
+
+
+def _size(path: str) -> int | None:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return None
