@@ -14,7 +14,7 @@ from django.contrib.auth.models import User
 from django.db import connection
 from rest_framework.test import APIClient
 
-from deadletter import keys
+from deadletter import codec, keys
 from deadletter.drain import QueueLock
 from deadletter.gotime import GoTime
 from deadletter.messages import Message
@@ -63,9 +63,15 @@ def subjects(queue: str) -> list[str]:
 
 
 def test_queue_list_gives_depth_the_oldest_times_and_the_age_of_the_head(api) -> None:
-    with time_machine.travel(NOW - timedelta(minutes=30), tick=False):
-        park("webhook-queue", "old", hours_ago=5)
-        park("webhook-queue", "new", hours_ago=1)
+    parked_at = int((NOW - timedelta(minutes=30)).timestamp()) * 10**9
+    for seq, hours_ago in enumerate((5, 1)):
+        first_failure = GoTime.from_datetime(NOW - timedelta(hours=hours_ago))
+        value = codec.encode_one(Message(subject="m", queued_at=first_failure))
+        key = keys.make_key("webhook-queue", parked_at + seq, seq)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "INSERT INTO deadletter_queuedmessage (key, value) VALUES (%s, %s)", (key, value)
+            )
     with time_machine.travel(NOW, tick=False):
         body = api.get(f"{API}/queues/").json()
     assert body == [
