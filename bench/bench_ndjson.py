@@ -40,7 +40,8 @@ def kb(field):
 before = kb("VmRSS")
 Path("/proc/self/clear_refs").write_text("5")
 start = time.perf_counter()
-call_command(*sys.argv[2:], "--no-progress", stdout=open(os.devnull, "w"), stderr=open(os.devnull, "w"))
+with open(os.devnull, "w") as null:
+    call_command(*sys.argv[2:], "--no-progress", stdout=null, stderr=null)
 elapsed = time.perf_counter() - start
 print(json.dumps({"elapsed": elapsed, "growth_kb": kb("VmHWM") - before, "rss_before_kb": before}))
 """
@@ -88,6 +89,14 @@ def fill(path: Path) -> None:
     )
     conn.execute("COMMIT")
     conn.close()
+
+
+def digest(path: Path) -> bytes:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.digest()
 
 
 def main() -> None:

@@ -112,7 +112,7 @@ def render(figures: stats.Stats) -> bytes:
     from prometheus_client import CollectorRegistry, generate_latest
 
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(StatsCollector(figures))  # type: ignore[arg-type]
+    registry.register(StatsCollector(figures))
     return generate_latest(registry)
 
 

@@ -231,7 +231,7 @@ def check(
     count; `LoadError` at the first bad line. With `spool`, each row's key and
     value are written to it as they are checked, for `insert`."""
     with contextlib.ExitStack() as stack:
-        lines = (
+        lines: Iterable[str] = (
             stack.enter_context(open(source, encoding="utf-8"))
             if isinstance(source, str)
             else source

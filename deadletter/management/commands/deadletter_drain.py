@@ -30,6 +30,7 @@ from deadletter.drain import (
     SignalGuard,
 )
 from deadletter.management.arguments import add_queue_argument
+from deadletter.progress import add_progress_argument
 
 logger = logging.getLogger("deadletter")
 
@@ -101,10 +102,11 @@ class Command(BaseCommand):
             default="text",
             help="The summary as text (default) or as one JSON object.",
         )
+        add_progress_argument(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
         fmt = options["format"]
-        bar = self._want_bar(fmt) and not options["dry_run"]
+        bar = self._want_bar(fmt) and not options["dry_run"] and options["progress"]
         try:
             drainer = Drainer(
                 options["queues"],
