@@ -1011,3 +1011,40 @@ def test_any_int_go_can_write_as_a_code_reads_rewrites_and_encodes_unchanged(cod
     assert encode_one(msg.replace(subject="changed")) == one(
         wire_map(**times, Subject="changed", Code=code)
     )
+
+
+# --- hostile values cost time linear in their size -----------------------------------------
+
+
+def _best_decode_seconds(value: bytes) -> float:
+    best = float("inf")
+    for _ in range(3):
+        start = time.perf_counter()
+        decode(value)
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def test_a_long_run_of_self_described_tags_decodes_in_linear_time() -> None:
+    message = encode_one(Message(subject="after the tags"))
+    small = b"\xd9\xd9\xf7" * 50_000 + message  # 150 KB
+    large = b"\xd9\xd9\xf7" * 400_000 + message  # 1.2 MB
+    assert decode(large)[0].subject == "after the tags"
+    assert list(iter_decode(large))[0].subject == "after the tags"
+    assert codec_module.count_messages(large) == 1
+    # 8x the bytes: linear work takes about 8x the time, the old quadratic cut 64x.
+    assert _best_decode_seconds(large) < 24 * _best_decode_seconds(small)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        b"\x81" + b"\xd9\xd9\xf7" * 400_000 + one(wire_map())[1:],
+        b"\x81\x7b" + (2**40).to_bytes(8, "big") + b"abc",
+        b"\x81\x9b" + (2**40).to_bytes(8, "big") + b"\x01",
+        b"\x81" + b"\x81" * 100_000,
+    ],
+    ids=["tags on a message", "text head of 1 TiB", "array head of 2^40", "deep nesting"],
+)
+def test_tags_nesting_and_huge_heads_inside_a_row_are_refused_at_once(value: bytes) -> None:
+    raises_codec_error_both_ways(value)
