@@ -19,19 +19,21 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from deadletter import codec, keys, sql
 from deadletter.conf import conf
 from deadletter.messages import Message
-from deadletter.queue import queue_names
 
 __all__ = [
+    "COUNT_CAP",
     "Cause",
+    "Count",
     "QueueOverview",
     "QueueSummary",
     "Row",
-    "causes",
     "causes_by_queue",
     "expired_keys",
     "get_row",
     "overview",
     "page_rows",
+    "queue_names",
+    "signatures",
     "summarize",
     "summarize_all",
 ]
@@ -122,136 +124,232 @@ def _row(key: bytes, value: bytes | memoryview | None) -> Row:
 
 # --- the admin's queue overview --------------------------------------------------
 
-COUNT_CAP = 100_000
-HEAD_ROWS = 20
+# Every count the overview shows stops at this many rows (shown as "10,000+"):
+# a COUNT over a key range is linear in the rows it counts, so a capped count
+# keeps the page at the same cost at a million rows as at ten thousand.
+COUNT_CAP = 10_000
+# Distinct failure signatures read (alphabetically) for the overview and the filter.
+MAX_CAUSES = 50
+# Single-row SELECTs joined into one statement by UNION ALL (SQLite allows 500).
+_UNION_CHUNK = 400
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Count:
+    """A capped count: exact when `capped` is False, "at least `rows`" otherwise."""
+
+    rows: int
+    capped: bool = False
+
+    def __str__(self) -> str:
+        return f"{self.rows:,}+" if self.capped else f"{self.rows:,}"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Cause:
-    """Rows of one queue (or all, `queue` None) whose last failure has this signature."""
+    """Rows of one queue whose last failure has this signature (a capped count)."""
 
     signature: str
-    rows: int
-    queue: str | None = None
+    rows: Count
+    queue: str
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class QueueOverview:
-    """One queue as an operator sees it: every figure is a bounded index read.
+    """One queue as an operator sees it; every figure is a bounded index read and
+    means what `deadletter.stats` means by it (up to `COUNT_CAP`).
 
-    `depth` is exact up to `COUNT_CAP` rows (`depth_capped` says when it is
-    more). `expiring` counts rows parked so long ago that the age limit drops
-    them within the window: the key's time bounds the first failure from
-    above, so it is exact for messages parked once, and a partly delivered
-    remainder (parked again with its older first failure) may expire sooner.
+    `depth` counts every row of the queue (a legacy aggregate as one row).
+    `oldest_enqueued` is the head key's time and `oldest_failure` the first
+    failure of the head row's messages. `expiring` counts rows parked (by
+    their key's time, which a message's first failure never follows) before
+    `now - max age + horizon`: expired already or expiring within the
+    horizon, as `stats.collect` counts them; `expired` those parked before
+    `now - max age`. A partly delivered remainder, parked again with its
+    older first failure, is counted once its new key is that old.
     """
 
     name: str
-    depth: int
-    depth_capped: bool
+    depth: Count
     oldest_enqueued: datetime | None
     oldest_failure: datetime | None
-    expiring: int
-    expired: int
+    expiring: Count
+    expired: Count
     legacy_rows: int
     causes: list[Cause]
 
 
-def _capped_count(cursor: Any, table: str, low: bytes, high: bytes, cap: int) -> int:
-    cursor.execute(
-        f"SELECT COUNT(*) FROM (SELECT 1 FROM {table} WHERE key >= %s AND key < %s "
-        f"LIMIT {int(cap) + 1}) AS capped",
-        (low, high),
-    )
-    return int(cursor.fetchone()[0])
-
-
-def _prefix_sql(vendor: str) -> str:
-    """SQL for the queue-name part of `key` (everything before the first NUL)."""
+def _heads_sql(vendor: str, table: str) -> str:
+    """One statement for the lowest key of every queue: a loose index scan as a
+    recursive query, each step one seek past the previous queue's range."""
     if vendor == "postgresql":
-        return "substring(key from 1 for position('\\x00'::bytea in key) - 1)"
-    return "substr(key, 1, instr(key, X'00') - 1)"
+        nul = "position('\\x00'::bytea IN h.k)"
+        after = f"(CASE WHEN {nul} > 0 THEN substring(h.k FROM 1 FOR {nul} - 1) ELSE h.k END)"
+        after += " || '\\x01'::bytea"
+    else:
+        nul = "instr(h.k, X'00')"
+        after = f"CAST((CASE WHEN {nul} > 0 THEN substr(h.k, 1, {nul} - 1) ELSE h.k END)"
+        after += " || X'01' AS BLOB)"
+    return (
+        f"WITH RECURSIVE h(k) AS (SELECT (SELECT key FROM {table} ORDER BY key LIMIT 1) "
+        f"UNION ALL SELECT (SELECT key FROM {table} WHERE key >= {after} ORDER BY key LIMIT 1) "
+        "FROM h WHERE h.k IS NOT NULL) SELECT k FROM h WHERE k IS NOT NULL"
+    )
 
 
-def causes(queue: str | None = None) -> list[Cause]:
-    """Failure signatures with their row counts, most rows first; one read of the
-    (signature, key) index, linear in the rows that recorded a failure."""
+def queue_names() -> list[str]:
+    """The name of every queue that holds a row, in key order: one statement
+    (`queue.queue_names` asks one query a queue)."""
     connection, table = _cursor()
     with connection.cursor() as cursor:
-        if queue is None:
-            cursor.execute(
-                f"SELECT signature, COUNT(*) FROM {table} WHERE signature IS NOT NULL "
-                "GROUP BY signature ORDER BY COUNT(*) DESC, signature"
-            )
-            return [Cause(sig, int(n)) for sig, n in cursor.fetchall()]
-        low, high = keys.message_bounds(queue)
-        cursor.execute(
-            f"SELECT signature, COUNT(*) FROM {table} WHERE signature IS NOT NULL "
-            "AND key >= %s AND key < %s GROUP BY signature ORDER BY COUNT(*) DESC, signature",
-            (low, high),
-        )
-        return [Cause(sig, int(n), queue) for sig, n in cursor.fetchall()]
+        cursor.execute(_heads_sql(connection.vendor, table))
+        return [keys.queue_of(bytes(k)) for (k,) in cursor.fetchall()]
 
 
-def causes_by_queue() -> dict[str, list[Cause]]:
-    """Every queue's failure signatures in one read of the (signature, key) index."""
+def signatures(limit: int = MAX_CAUSES) -> list[str]:
+    """The first `limit` distinct failure signatures, alphabetically: one seek each
+    on the (signature, key) index, however many rows share a signature."""
     connection, table = _cursor()
-    prefix = _prefix_sql(connection.vendor)
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT {prefix} AS q, signature, COUNT(*) FROM {table} "
-            "WHERE signature IS NOT NULL GROUP BY q, signature"
+            f"WITH RECURSIVE s(v) AS (SELECT (SELECT signature FROM {table} "
+            "WHERE signature IS NOT NULL ORDER BY signature LIMIT 1) "
+            f"UNION ALL SELECT (SELECT signature FROM {table} WHERE signature > s.v "
+            "ORDER BY signature LIMIT 1) FROM s WHERE s.v IS NOT NULL) "
+            f"SELECT v FROM s WHERE v IS NOT NULL LIMIT {int(limit)}"
         )
-        found = cursor.fetchall()
+        return [v for (v,) in cursor.fetchall()]
+
+
+def _capped_sql(table: str, where: str) -> str:
+    """A COUNT that stops one row past `COUNT_CAP` (so `_count` can tell "more")."""
+    limit = int(COUNT_CAP) + 1
+    return f"(SELECT COUNT(*) FROM (SELECT 1 FROM {table} WHERE {where} LIMIT {limit}) AS c)"
+
+
+def _count(n: Any) -> Count:
+    return Count(min(int(n), COUNT_CAP), int(n) > COUNT_CAP)
+
+
+def _union_rows(cursor: Any, selects: list[tuple[str, list[Any]]]) -> list[tuple[Any, ...]]:
+    """Run single-row SELECTs (column lists) as few UNION ALL statements; rows in order."""
+    found: list[tuple[Any, ...]] = []
+    for start in range(0, len(selects), _UNION_CHUNK):
+        chunk = selects[start : start + _UNION_CHUNK]
+        statement = " UNION ALL ".join(
+            f"SELECT {start + i} AS i, {columns}" for i, (columns, _) in enumerate(chunk)
+        )
+        params = [p for _, ps in chunk for p in ps]
+        cursor.execute(f"SELECT * FROM ({statement}) AS u ORDER BY i", params)
+        found += [tuple(row[1:]) for row in cursor.fetchall()]
+    return found
+
+
+def causes_by_queue(names: list[str]) -> dict[str, list[Cause]]:
+    """Per queue, its rows per failure signature (most first), each a capped count
+    of one range of the (signature, key) index; rows are never decoded."""
+    sigs = signatures()
+    if not sigs or not names:
+        return {}
+    connection, table = _cursor()
+    where = "signature = %s AND key >= %s AND key < %s"
+    pairs = [(name, sig) for name in names for sig in sigs]
+    selects = [
+        (_capped_sql(table, where), [sig, *keys.message_bounds(name)]) for name, sig in pairs
+    ]
+    with connection.cursor() as cursor:
+        counts = _union_rows(cursor, selects)
     grouped: dict[str, list[Cause]] = {}
-    for raw, sig, n in found:
-        name = bytes(raw).decode("utf-8", errors="replace")
-        grouped.setdefault(name, []).append(Cause(sig, int(n), name))
+    for (name, sig), (n,) in zip(pairs, counts, strict=True):
+        if n:
+            grouped.setdefault(name, []).append(Cause(sig, _count(n), name))
     for listed in grouped.values():
-        listed.sort(key=lambda c: (-c.rows, c.signature))
+        listed.sort(key=lambda c: (-c.rows.rows, c.signature))
     return grouped
 
 
 def overview(
-    *, now: datetime | None = None, window: timedelta = timedelta(hours=24)
+    *, now: datetime | None = None, horizon: timedelta | None = None
 ) -> list[QueueOverview]:
-    """Every queue at a glance, oldest first within each; a few index reads a queue."""
+    """Every queue at a glance, in key order: a handful of statements in all, each
+    figure a capped key-range count or one seek (see `QueueOverview`)."""
+    from deadletter.stats import DEFAULT_HORIZON
+
     now = now or datetime.now(UTC)
-    max_age = conf.MAX_QUEUE_AGE
-    expired_before = _ns(now - max_age)
-    expiring_before = _ns(now + window - max_age)
-    by_queue = causes_by_queue()
+    horizon = horizon if horizon is not None else (conf.EXPIRY_WARNING or DEFAULT_HORIZON)
+    expired_before = _ns(now - conf.MAX_QUEUE_AGE)
+    expiring_before = _ns(now - conf.MAX_QUEUE_AGE + horizon)
+    names = queue_names()
     connection, table = _cursor()
-    found = []
+    in_range = "key >= %s AND key < %s"
+    head = f"FROM {table} WHERE {in_range} ORDER BY key LIMIT 1"
+    columns = ", ".join(
+        [
+            _capped_sql(table, in_range),
+            _capped_sql(table, in_range),
+            _capped_sql(table, in_range),
+            f"(SELECT COUNT(*) FROM {table} WHERE key = %s)",
+            f"(SELECT key {head})",
+            f"(SELECT value {head})",
+        ]
+    )
+    selects = []
+    for name in names:
+        prefix = keys.encode_queue_name(name)
+        low, high = keys.message_bounds(name)
+        params = [prefix, high]
+        params += [low, _key_before(prefix, expiring_before)]
+        params += [low, _key_before(prefix, expired_before)]
+        params += [prefix, low, high, low, high]
+        selects.append((columns, params))
     with connection.cursor() as cursor:
-        for name in queue_names():
-            low, high = keys.queue_bounds(name)
-            depth = _capped_count(cursor, table, low, high, COUNT_CAP)
-            prefix = keys.encode_queue_name(name)
-            cursor.execute(f"SELECT COUNT(*) FROM {table} WHERE key = %s", (prefix,))
-            legacy_rows = int(cursor.fetchone()[0])
-            head = page_rows(name, limit=HEAD_ROWS)
-            enqueued = next((keys.written_at(r.key) for r in head if not r.is_legacy), None)
-            failures = [
-                m.queued_at
-                for r in head
-                for m in r.messages or []
-                if isinstance(m.queued_at, datetime)
-            ]
-            found.append(
-                QueueOverview(
-                    name=name,
-                    depth=min(depth, COUNT_CAP),
-                    depth_capped=depth > COUNT_CAP,
-                    oldest_enqueued=enqueued,
-                    oldest_failure=min(failures) if failures else None,
-                    expiring=_count_before(cursor, table, prefix, expiring_before),
-                    expired=_count_before(cursor, table, prefix, expired_before),
-                    legacy_rows=legacy_rows,
-                    causes=by_queue.get(name, []),
-                )
-            )
-    return found
+        found = _union_rows(cursor, selects)
+    by_queue = causes_by_queue(names)
+    return [
+        QueueOverview(
+            name=name,
+            depth=_count(depth),
+            oldest_enqueued=_written_at(key),
+            oldest_failure=_first_failure(value),
+            expiring=_count(expiring),
+            expired=_count(expired),
+            legacy_rows=int(legacy),
+            causes=by_queue.get(name, []),
+        )
+        for name, (depth, expiring, expired, legacy, key, value) in zip(names, found, strict=True)
+    ]
+
+
+def _key_before(prefix: bytes, before_ns: int) -> bytes:
+    """The lowest key of `prefix` written at `before_ns`: rows below it were written before."""
+    return keys.make_key(prefix, max(0, min(before_ns, (1 << 64) - 1)), 0)
+
+
+HEAD_DECODE_LIMIT = 1 << 20
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _written_at(key: Any) -> datetime | None:
+    """The head key's time to the microsecond, as `deadletter.stats` gives it."""
+    try:
+        time_ns = keys.parse_key(bytes(key)).time_ns if key is not None else None
+    except ValueError:
+        return None
+    return _EPOCH + timedelta(microseconds=time_ns // 1000) if time_ns is not None else None
+
+
+def _first_failure(value: Any) -> datetime | None:
+    """The earliest first failure of the head row's messages (as `deadletter.stats`
+    reads it); None when it does not decode, is unstamped or is too big to decode."""
+    raw = bytes(value or b"")
+    if not raw or len(raw) > HEAD_DECODE_LIMIT:
+        return None
+    try:
+        msgs = codec.decode(raw)
+    except codec.CodecError:
+        return None
+    stamped = [m.queued_at for m in msgs if isinstance(m.queued_at, datetime)]
+    return min(stamped) if stamped else None
 
 
 def expired_keys(queue: str, *, after: bytes | None = None, limit: int = 500) -> list[bytes]:
@@ -270,14 +368,6 @@ def expired_keys(queue: str, *, after: bytes | None = None, limit: int = 500) ->
             (low, high),
         )
         return [bytes(k) for (k,) in cursor.fetchall()]
-
-
-def _count_before(cursor: Any, table: str, prefix: bytes, before_ns: int) -> int:
-    if before_ns <= 0:
-        return 0
-    low = prefix + keys.SEPARATOR
-    high = keys.make_key(prefix, min(before_ns, (1 << 64) - 1), 0)
-    return min(_capped_count(cursor, table, low, high, COUNT_CAP), COUNT_CAP)
 
 
 def _ns(when: datetime) -> int:

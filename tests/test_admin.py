@@ -293,6 +293,36 @@ def test_pages_go_by_key_with_next_and_previous_and_never_count(
     assert len(stored) == 120
 
 
+def test_list_pages_ask_the_same_few_queries_for_any_number_of_rows_and_queues(
+    admin_client,
+) -> None:
+    """Queues, causes and rows are each one statement; nothing counts the table."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    def queries(url: str) -> list[str]:
+        with CaptureQueriesContext(connection) as ctx:
+            open_page(admin_client, url)
+        return [q["sql"] for q in ctx.captured_queries]
+
+    def asked(url: str) -> int:
+        found = queries(url)
+        assert not [q for q in found if "COUNT(" in q.upper() and "WHERE" not in q.upper()]
+        return len(found)
+
+    QueuedMessage.objects.create(key=keys.new_key("q00"), value=b"\xa0", signature="E0: x")
+    small = {url: asked(url) for url in (CHANGELIST, CHANGELIST + "?queue=q00", OVERVIEW)}
+    for i in range(12):
+        for j in range(10):
+            QueuedMessage.objects.create(
+                key=keys.new_key(f"q{i:02d}"), value=b"\xa0", signature=f"E{j % 3}: x"
+            )
+    listing = open_page(admin_client, CHANGELIST)
+    for url in (CHANGELIST, listing.link("q03"), listing.link("next ›"), OVERVIEW):
+        assert asked(url) <= small.get(url, small[CHANGELIST]), url
+    assert not [q for q in queries(CHANGELIST) if "COUNT(" in q.upper()]
+
+
 def test_queue_filter_lists_queues_and_shows_only_the_chosen_one(admin_client) -> None:
     store_failed_msgs("telegram-queue", Message(subject="in telegram"))
     store_failed_msgs("discord-queue", Message(subject="in discord"))

@@ -58,6 +58,8 @@ class QueuedMessageAdmin(admin.ModelAdmin):
     sortable_by = ()
     list_per_page = 50
     show_full_result_count = False
+    # Facet counts would count every filter choice over the whole table.
+    show_facets = admin.ShowFacets.NEVER
     fields = ("key_text", "key_parts", "stored", "decoded")
     readonly_fields = fields
     actions = ["retry_now", "delete_selected"]

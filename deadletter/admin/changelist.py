@@ -16,11 +16,14 @@ from django.contrib.admin.options import IncorrectLookupParameters
 from django.contrib.admin.views.main import ChangeList
 from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.utils.safestring import SafeString
 
-from deadletter import keys, queue
+from deadletter import inspection, keys
+from deadletter.admin import table
 from deadletter.models import QueuedMessage
 
 AFTER = "after"
+MAX_CAUSES_LISTED = 20
 BEFORE = "before"
 
 
@@ -31,7 +34,7 @@ class QueueFilter(admin.SimpleListFilter):
     parameter_name = "queue"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [(name, name) for name in queue.queue_names()]
+        return [(name, name) for name in inspection.queue_names()]
 
     def queryset(
         self, request: HttpRequest, queryset: QuerySet[QueuedMessage]
@@ -53,9 +56,13 @@ class CauseFilter(admin.SimpleListFilter):
     parameter_name = "cause"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        from deadletter import inspection
-
-        return [(c.signature, f"{c.signature} ({c.rows})") for c in inspection.causes()[:20]]
+        """The first signatures alphabetically (the overview counts them per queue);
+        one seek each, never a count."""
+        listed = inspection.signatures(MAX_CAUSES_LISTED)
+        chosen = self.value()
+        if chosen and chosen not in listed:
+            listed.append(chosen)
+        return [(sig, sig) for sig in listed]
 
     def queryset(
         self, request: HttpRequest, queryset: QuerySet[QueuedMessage]
@@ -119,3 +126,7 @@ class KeysetChangeList(ChangeList):
         self.can_show_all = False
         self.multi_page = has_next or has_previous
         self.paginator = None
+
+    def results_table(self) -> SafeString:
+        """The rows' table, rendered in one pass (`table.render`)."""
+        return table.render(self)

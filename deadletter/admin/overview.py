@@ -53,7 +53,7 @@ class PurgeForm(forms.Form):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        names = queue.queue_names()
+        names = inspection.queue_names()
         field: Any = self.fields["queue"]
         field.choices = [("", "all queues")] + [(n, n) for n in names]
 
@@ -72,13 +72,16 @@ def _context(model_admin: QueuedMessageAdmin, request: HttpRequest, **extra: Any
 def overview_page(model_admin: QueuedMessageAdmin, request: HttpRequest) -> HttpResponse:
     if not model_admin.has_view_permission(request):
         raise PermissionDenied
+    from deadletter.stats import DEFAULT_HORIZON
+
     now = rows.now()
-    queues = inspection.overview(now=now)
+    horizon = conf.EXPIRY_WARNING or DEFAULT_HORIZON
+    queues = inspection.overview(now=now, horizon=horizon)
     listed = [
         {
             "q": q,
-            "age": rows.age(q.oldest_enqueued, now) if q.oldest_enqueued else rows.EMPTY,
-            "failure_age": rows.age(q.oldest_failure, now) if q.oldest_failure else rows.EMPTY,
+            "age": rows.age(q.oldest_enqueued, now),
+            "failure_age": rows.age(q.oldest_failure, now),
         }
         for q in queues
     ]
@@ -87,8 +90,10 @@ def overview_page(model_admin: QueuedMessageAdmin, request: HttpRequest) -> Http
         request,
         title="Queue overview",
         queues=listed,
-        max_age=conf.MAX_QUEUE_AGE,
-        count_cap=inspection.COUNT_CAP,
+        max_age=rows.duration(conf.MAX_QUEUE_AGE),
+        horizon=rows.duration(horizon),
+        count_cap=f"{inspection.COUNT_CAP:,}",
+        max_causes=inspection.MAX_CAUSES,
     )
     return TemplateResponse(request, "admin/deadletter/queuedmessage/overview.html", context)
 
@@ -146,7 +151,8 @@ def purge_page(model_admin: QueuedMessageAdmin, request: HttpRequest) -> HttpRes
     _require_drain(model_admin, request)
     form = PurgeForm(request.POST if request.method == "POST" else None)
     if request.method == "POST" and form.is_valid():
-        names = [form.cleaned_data["queue"]] if form.cleaned_data["queue"] else queue.queue_names()
+        chosen = form.cleaned_data["queue"]
+        names = [chosen] if chosen else inspection.queue_names()
         purged, finished = purge_expired(names)
         text = f"Purged {purged} expired message(s)."
         if not finished:
@@ -158,7 +164,7 @@ def purge_page(model_admin: QueuedMessageAdmin, request: HttpRequest) -> HttpRes
         request,
         title="Purge expired: are you sure?",
         form=form if form.is_bound else PurgeForm(initial={"queue": request.GET.get("queue", "")}),
-        max_age=conf.MAX_QUEUE_AGE,
+        max_age=rows.duration(conf.MAX_QUEUE_AGE),
     )
     return TemplateResponse(request, "admin/deadletter/queuedmessage/purge_confirm.html", context)
 

@@ -44,9 +44,21 @@ def first(obj: QueuedMessage) -> Message | None:
 
 
 def as_datetime(value: Any) -> datetime | None:
-    """A message time as an aware datetime; None for Go's zero time and for the
-    few times Python cannot hold (year 0), which are shown as Go's text instead."""
-    return value if isinstance(value, datetime) else None
+    """A message time as a plain aware datetime (a subclass's arithmetic, kept to
+    the nanosecond, costs more than the display needs); None for the few times
+    Python cannot hold (year 0), which are shown as Go's text instead."""
+    if type(value) is datetime or not isinstance(value, datetime):
+        return value if isinstance(value, datetime) else None
+    return datetime(
+        value.year,
+        value.month,
+        value.day,
+        value.hour,
+        value.minute,
+        value.second,
+        value.microsecond,
+        value.tzinfo,
+    )
 
 
 def render_time(value: Any) -> Any:
@@ -62,6 +74,12 @@ def render_time(value: Any) -> Any:
 def age(value: Any, now: datetime) -> str:
     when = as_datetime(value)
     return timesince(when, now, depth=1) if when else EMPTY
+
+
+def duration(delta: timedelta) -> str:
+    """A span as words ("30 days", "1 day"), not timedelta's "30 days, 0:00:00"."""
+    start = datetime(2000, 1, 1, tzinfo=UTC)
+    return timesince(start, start + delta, depth=2) if delta > timedelta(0) else "0 minutes"
 
 
 def expires_in(value: Any, now: datetime) -> str:
