@@ -227,7 +227,8 @@ def _iter_items(value: bytes, count: int, start: int) -> Iterator[Message]:
 def _without_self_described_prefix(value: bytes) -> bytes:
     """`value` without tag 55799 ("this is CBOR") in front, which Go skips as well:
     found in one pass and cut once, so a long run of them costs linear time."""
-    end = _self_described_run(value).end()
+    run = _self_described_run(value)
+    end = run.end() if run else 0
     return value[end:] if end else value
 
 

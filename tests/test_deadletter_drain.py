@@ -286,6 +286,58 @@ def test_a_second_drain_of_the_same_sqlite_queue_exits_two_saying_why(
     assert sorted(recorded(first.record)) == ["one:-", "two:-"]
 
 
+def _another_name(kind: str, tmp: Path) -> str:
+    """A DATABASE_URL reaching this test's SQLite file under another spelling."""
+    from django.db import connection as conn
+
+    real = Path(conn.settings_dict["NAME"]).resolve()
+    if kind == "symlink":
+        link = tmp / "through-a-link.sqlite3"
+        link.symlink_to(real)
+        return f"sqlite:///{link}"
+    return f"sqlite:///{os.path.relpath(real, drain_harness.REPO)}"  # the child's cwd
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["symlink", "relative path"])
+def test_a_second_drain_reaching_the_file_by_another_name_is_refused(
+    subprocess_env: dict[str, str], tmp_path: Path, kind: str
+) -> None:
+    if connection.vendor != "sqlite":
+        pytest.skip("SQLite only: PostgreSQL drains share a queue by claiming rows")
+    park("one", "two")
+    first = Drain.gated(subprocess_env, tmp_path)
+    first.wait_for(first.in_hand.exists)
+    second = Drain({**subprocess_env, "DATABASE_URL": _another_name(kind, tmp_path)}, tmp_path)
+    assert second.wait() == 2
+    assert "being drained by another process" in second.output()
+    first.gate.touch()
+    assert first.wait() == 0
+    assert recorded(first.record) == ["one:-", "two:-"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["symlink", "relative path"])
+def test_a_waiting_drain_by_another_name_delivers_nothing_twice_and_keeps_the_order(
+    subprocess_env: dict[str, str], tmp_path: Path, kind: str
+) -> None:
+    if connection.vendor != "sqlite":
+        pytest.skip("SQLite only: PostgreSQL drains share a queue by claiming rows")
+    subjects = [f"m{i:02d}" for i in range(30)]
+    park(*subjects)
+    first = Drain.gated(subprocess_env, tmp_path)
+    first.wait_for(first.in_hand.exists)
+    other = {**subprocess_env, "DATABASE_URL": _another_name(kind, tmp_path)}
+    second = Drain(other, tmp_path, "--wait")
+    time.sleep(0.5)
+    assert second.proc.poll() is None  # waiting, not draining beside the first
+    first.gate.touch()
+    assert first.wait() == 0
+    assert second.wait() == 0
+    assert recorded(first.record) == [f"{subject}:-" for subject in subjects]
+    assert parked() == []
+
+
 @pytest.mark.slow
 def test_sigkill_at_random_points_loses_nothing_and_duplicates_only_the_message_in_hand(
     subprocess_env: dict[str, str], tmp_path: Path

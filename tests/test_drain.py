@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import threading
 from collections.abc import Iterator
@@ -488,6 +489,26 @@ def test_the_lock_file_is_beside_the_database_and_names_the_owner() -> None:
         path = QueueLock.path_for(sqlite_file(), "q")
         assert path.parent == Path(sqlite_file()).parent
         assert path.read_text().split()[0] == str(os.getpid())
+
+
+def test_the_database_file_itself_is_locked_whatever_its_name(tmp_path: Path) -> None:
+    """A second name the lock file cannot see (a hard link: another path, another
+    directory) still meets the lock taken on the file's identity."""
+    _sqlite_only()
+    if not hasattr(fcntl, "F_OFD_SETLK"):
+        pytest.skip("open-file-description locks are Linux's")
+    other_name = tmp_path / "same-file.sqlite3"
+    os.link(sqlite_file(), other_name)
+    with QueueLock(sqlite_file(), ["q"]):
+        with (
+            pytest.raises(DrainLocked, match="through another name"),
+            QueueLock(str(other_name), ["q"]),
+        ):
+            pass
+        with QueueLock(str(other_name), ["another queue"]):
+            pass
+    with QueueLock(str(other_name), ["q"]):
+        pass
 
 
 # --- redeliver: "retry these" for the admin and the API ---------------------------
