@@ -23,6 +23,7 @@ _DEFAULTS: dict[str, Any] = {
     "DATABASE": DEFAULT_DB_ALIAS,
     "HANDLERS": {},
     "MAX_ATTEMPTS": None,
+    "MAX_ROW_BYTES": 4 * 2**20,
     "ADMIN_TIME_BUDGET": 5.0,
     "EXPIRY_WARNING": None,
     "METRICS_TOKEN": None,
@@ -63,6 +64,12 @@ class Settings:
     def MAX_ATTEMPTS(self) -> int | None:
         """Drop a message after this many failed attempts; None retries until the age limit."""
         return _read("MAX_ATTEMPTS")
+
+    @property
+    def MAX_ROW_BYTES(self) -> int:
+        """A message row larger than this is never decoded: fetch and the drain leave
+        it for an operator, the admin and the API show it as too large."""
+        return int(_read("MAX_ROW_BYTES"))
 
     @property
     def ADMIN_TIME_BUDGET(self) -> float:

@@ -129,8 +129,9 @@ def store_failed_msgs(queue: str, msg: Message) -> bytes:
     takes it along (see `deadletter.detached` for how, per backend).
     `queued_at` is stamped with now only when unset: it is the time of first
     failure and anchors the age limit, so a message handed back and parked
-    again keeps it. Raises `QueueingError` when the row cannot be written and
-    `ValueError` for an invalid queue name.
+    again keeps it. Raises `QueueingError` when the row cannot be written (or
+    would be over `DEADLETTER_MAX_ROW_BYTES`) and `ValueError` for an invalid
+    queue name.
     """
     prefix = keys.encode_queue_name(queue)
     if msg.queued_at is None:
@@ -140,6 +141,12 @@ def store_failed_msgs(queue: str, msg: Message) -> bytes:
     except (codec.CodecError, TypeError, ValueError) as exc:
         logger.error("store failed queue=%s reason=unencodable error=%s", queue, exc)
         raise QueueingError from exc
+    if len(value) > conf.MAX_ROW_BYTES:
+        logger.error("store failed queue=%s reason=too-large bytes=%d", queue, len(value))
+        raise QueueingError(
+            f"the message is {len(value):,} bytes, over DEADLETTER_MAX_ROW_BYTES "
+            f"({conf.MAX_ROW_BYTES:,})"
+        )
     connection = sql.connection()
     instrumented = False
     if connection.in_atomic_block:  # one attribute read on the common path
@@ -259,17 +266,21 @@ def dequeue(key: bytes) -> bool:
 # --- fetch -----------------------------------------------------------------
 
 
-def fetch_failed_msgs(queue: str) -> list[Queued]:
-    """Every live message of `queue`, oldest first; rows stay until dequeued.
+def fetch_failed_msgs(queue: str, limit: int | None = None) -> list[Queued]:
+    """Every live message of `queue` (the oldest `limit` of them), oldest first;
+    rows stay until dequeued.
 
     Never raises for database or data problems: it logs and returns what it
-    could read.
+    could read. With `limit`, one page query of `limit` rows reads them.
     """
-    return list(iter_failed_msgs(queue))
+    return list(iter_failed_msgs(queue, limit=limit))
 
 
-def iter_failed_msgs(queue: str, batch_size: int = 1000) -> Iterator[Queued]:
-    """`fetch_failed_msgs` in bounded memory: reads `batch_size` rows at a time.
+def iter_failed_msgs(
+    queue: str, batch_size: int = 1000, limit: int | None = None
+) -> Iterator[Queued]:
+    """`fetch_failed_msgs` in bounded memory: reads `batch_size` rows at a time,
+    and no more than `limit` when fewer messages are wanted.
 
     Rows the rules rewrite (a legacy aggregate, a multi-message row, a zero
     `queued_at`, an expired sibling) are rewritten first and then read again,
@@ -277,10 +288,18 @@ def iter_failed_msgs(queue: str, batch_size: int = 1000) -> Iterator[Queued]:
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+    if limit is not None:
+        if type(limit) is not int or limit < 0:
+            raise ValueError(f"limit must be an int of at least 0, got {limit!r}")
+        if limit == 0:
+            return
+        batch_size = min(batch_size, limit)
     low, high = keys.queue_bounds(queue)
     prefix = low
     connection = sql.connection()
     max_age_ns = _max_age_ns()
+    max_row_bytes = conf.MAX_ROW_BYTES
+    left = -1 if limit is None else limit
     decode_single, separator, new_queued = codec.decode_single, keys.NUL, tuple.__new__
     after, inclusive = low, True
     rereads: dict[bytes, int] = {}
@@ -297,7 +316,7 @@ def iter_failed_msgs(queue: str, batch_size: int = 1000) -> Iterator[Queued]:
         for key, value in rows:
             # The common row (one live, stamped message) is handed out here;
             # every other row goes through the rules in `_process_row`.
-            if separator in key:
+            if separator in key and len(value) <= max_row_bytes:
                 try:
                     msg = decode_single(value)
                 except codec.CodecError:
@@ -306,12 +325,18 @@ def iter_failed_msgs(queue: str, batch_size: int = 1000) -> Iterator[Queued]:
                     stamped = msg.queued_at
                     if stamped is not None and stamped.unix_ns >= cutoff:
                         yield new_queued(Queued, (key, msg))
+                        left -= 1
+                        if not left:
+                            return
                         continue
             outcome = _process_row(
                 connection, queue, prefix, bytes(key), bytes(value or b""), max_age_ns=max_age_ns
             )
             if isinstance(outcome, Queued):
                 yield outcome
+                left -= 1
+                if not left:
+                    return
             elif outcome is _REREAD:
                 rereads[key] = rereads.get(key, 0) + 1
                 if rereads[key] <= _REREAD_LIMIT:
@@ -347,7 +372,21 @@ def _process_row(
     *,
     max_age_ns: int | None = None,
 ) -> Queued | object:
-    """Apply the semantics table to one row: a `Queued` to hand out, or skip, or reread."""
+    """Apply the semantics table to one row: a `Queued` to hand out, or skip, or reread.
+
+    A message row over `DEADLETTER_MAX_ROW_BYTES` is skipped undecoded and left
+    in place for an operator (legacy aggregates are split a message at a time
+    whatever their size).
+    """
+    if keys.NUL in key and len(value) > conf.MAX_ROW_BYTES:
+        logger.warning(
+            "row too large, left for an operator queue=%s key=%s bytes=%d limit=%d",
+            queue,
+            key.hex(),
+            len(value),
+            conf.MAX_ROW_BYTES,
+        )
+        return _SKIP
     table = sql.TABLE
     now_ns = time.time_ns()
     if max_age_ns is None:
@@ -793,8 +832,8 @@ async def astore_failed_msgs(queue: str, msg: Message) -> bytes:
     return await sync_to_async(store_failed_msgs)(queue, msg)
 
 
-async def afetch_failed_msgs(queue: str) -> list[Queued]:
-    return await sync_to_async(fetch_failed_msgs)(queue)
+async def afetch_failed_msgs(queue: str, limit: int | None = None) -> list[Queued]:
+    return await sync_to_async(fetch_failed_msgs)(queue, limit)
 
 
 async def adequeue(key: bytes) -> bool:

@@ -509,3 +509,70 @@ def test_the_package_exports_the_removal_api() -> None:
     assert deadletter.Removal is Removal
     assert deadletter.remove_msg is remove_msg
     assert deadletter.aremove_msg is deadletter.queue.aremove_msg
+
+
+# --- small reads and oversized rows -----------------------------------------------------
+
+
+def _page_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The page statements the scan sends, recorded on their way to the database."""
+    sent: list[str] = []
+    real_read = deadletter.queue.sql.read
+
+    def read(connection, statement, params):  # type: ignore[no-untyped-def]
+        sent.append(statement)
+        return real_read(connection, statement, params)
+
+    monkeypatch.setattr(deadletter.queue.sql, "read", read)
+    return sent
+
+
+@pytest.mark.parametrize("limit", [1, 10, 50])
+def test_a_limited_fetch_reads_the_oldest_messages_with_one_page_of_that_size(
+    clock, monkeypatch: pytest.MonkeyPatch, limit: int
+) -> None:
+    for i in range(120):
+        store_failed_msgs("q", msg(f"m{i:03d}"))
+    sent = _page_reads(monkeypatch)
+    assert subjects(fetch_failed_msgs("q", limit=limit)) == [f"m{i:03d}" for i in range(limit)]
+    assert len(sent) == 1
+    assert f"LIMIT {limit}" in sent[0]
+
+
+def test_a_limit_beyond_the_queue_gives_all_of_it_and_zero_gives_nothing(clock) -> None:
+    store_failed_msgs("q", msg("only"))
+    assert subjects(fetch_failed_msgs("q", limit=100)) == ["only"]
+    assert fetch_failed_msgs("q", limit=0) == []
+    with pytest.raises(ValueError, match="limit"):
+        fetch_failed_msgs("q", limit=-1)
+
+
+def test_a_limited_fetch_counts_only_messages_it_hands_out(clock) -> None:
+    store_failed_msgs("q", msg("expired", queued_at=NOW - timedelta(days=31)))
+    store_failed_msgs("q", msg("live one"))
+    store_failed_msgs("q", msg("live two"))
+    assert subjects(fetch_failed_msgs("q", limit=2)) == ["live one", "live two"]
+
+
+def test_storing_a_message_over_the_row_limit_is_refused_and_writes_nothing(
+    clock, settings
+) -> None:
+    settings.DEADLETTER_MAX_ROW_BYTES = 1000
+    with pytest.raises(QueueingError, match="over DEADLETTER_MAX_ROW_BYTES"):
+        store_failed_msgs("q", msg("big", fields=["x" * 2000]))
+    assert row_keys() == []
+
+
+def test_a_row_over_the_limit_is_left_undecoded_for_an_operator(
+    clock, settings, caplog: pytest.LogCaptureFixture
+) -> None:
+    store_failed_msgs("q", msg("before"))
+    big = store_failed_msgs("q", msg("big", fields=["x" * 2000]))
+    store_failed_msgs("q", msg("after"))
+    settings.DEADLETTER_MAX_ROW_BYTES = 1000
+    with caplog.at_level(logging.WARNING, logger="deadletter"):
+        assert subjects(fetch_failed_msgs("q")) == ["before", "after"]
+    assert "row too large" in caplog.text and big.hex() in caplog.text
+    assert big in row_keys()
+    assert deadletter.queue.fetch_msg(big) is None
+    assert big in row_keys()
