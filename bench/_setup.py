@@ -1,4 +1,5 @@
-"""Shared set-up for the benchmarks: a fresh SQLite file, migrated, Django ready."""
+"""Shared set-up for the benchmarks: a fresh database (a SQLite file, or a
+PostgreSQL database when `DATABASE_URL` names one), migrated, Django ready."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import sqlite3
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -19,8 +21,49 @@ def django_on_fresh_sqlite(name: str) -> Path:
     for suffix in ("", "-wal", "-shm"):
         Path(f"{path}{suffix}").unlink(missing_ok=True)
     os.environ.pop("DATABASE_URL", None)
-    os.environ["DJANGO_DEBUG"] = "0"
     os.environ["DEADLETTER_SQLITE_PATH"] = str(path)
+    _django_up()
+    return path
+
+
+def is_postgres_url(url: str | None) -> bool:
+    return bool(url) and str(url).startswith(("postgres://", "postgresql://"))
+
+
+def django_on_fresh_postgres(name: str, url: str) -> str:
+    """A new database `<url's database>_<name>` on `url`'s server (dropped first
+    when a previous run left it), set as `DATABASE_URL`, Django set up, migrated.
+
+    A database of its own per script, so that a run never empties the database
+    named by `url` nor one another script is using. Returns its URL.
+    """
+    import psycopg
+    from dj_database_url import parse
+
+    cfg = parse(url)
+    fresh = f"{cfg['NAME']}_{name}"
+    with psycopg.connect(autocommit=True, connect_timeout=5, **postgres_conninfo(url)) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{fresh}" WITH (FORCE)')
+        admin.execute(f'CREATE DATABASE "{fresh}"')
+    fresh_url = url.split("?", 1)[0].rsplit("/", 1)[0] + "/" + fresh
+    os.environ["DATABASE_URL"] = fresh_url
+    _django_up()
+    return fresh_url
+
+
+def django_on_fresh_database(name: str) -> tuple[str, str]:
+    """PostgreSQL when `DATABASE_URL` names it, else a SQLite file.
+
+    Returns `(vendor, target)`: ("sqlite", the file's path) or ("postgresql", the URL).
+    """
+    url = os.environ.get("DATABASE_URL")
+    if is_postgres_url(url):
+        return "postgresql", django_on_fresh_postgres(name, str(url))
+    return "sqlite", str(django_on_fresh_sqlite(name))
+
+
+def _django_up() -> None:
+    os.environ["DJANGO_DEBUG"] = "0"
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
     sys.path.insert(0, str(REPO))
     import django
@@ -29,15 +72,37 @@ def django_on_fresh_sqlite(name: str) -> Path:
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0)
-    return path
 
 
-def raw_connection(path: Path) -> sqlite3.Connection:
+def postgres_conninfo(url: str, dbname: str = "postgres") -> dict[str, Any]:
+    """psycopg.connect() keywords for `url`'s server and user, on database `dbname`."""
+    from dj_database_url import parse
+
+    cfg = parse(url)
+    return {
+        "host": cfg["HOST"] or "127.0.0.1",
+        "port": cfg["PORT"] or 5432,
+        "user": cfg["USER"] or "postgres",
+        "password": cfg["PASSWORD"] or None,
+        "dbname": dbname,
+    }
+
+
+def raw_connection(path: Path | str) -> sqlite3.Connection:
     """Raw sqlite3 with the same pragmas the app's settings use, in autocommit."""
     conn = sqlite3.connect(path, isolation_level=None, timeout=30)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=NORMAL")
+    conn.execute("PRAGMA mmap_size=268435456")
     return conn
+
+
+def raw_postgres_connection(url: str) -> Any:
+    """Raw psycopg on `url`'s database in autocommit, the driver's defaults otherwise."""
+    import psycopg
+    from dj_database_url import parse
+
+    return psycopg.connect(autocommit=True, **postgres_conninfo(url, parse(url)["NAME"]))
 
 
 def rss_bytes() -> int:
