@@ -19,6 +19,9 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <datetime.h>
+#if PY_VERSION_HEX < 0x030C0000
+#include <structmember.h> /* PyMemberDef, part of Python.h from 3.12 */
+#endif
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
