@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import IO, Any
 
 from django.db import transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
 
 from deadletter import codec, keys, sql, summaries
 from deadletter.api.jsonvalues import from_json, to_json
@@ -83,14 +84,40 @@ def dump(
     each; returns the number of lines. Reads a page of rows at a time."""
     connection = sql.connection()
     written = 0
-    for name, _ in _queue_names(queues):
-        low, high = keys.queue_bounds(name)
-        for key, value in sql.iter_range(connection, sql.TABLE, low, high, BATCH):
-            out.write(row_line(key, value))
-            written += 1
-            if on_row is not None:
-                on_row(1)
+    with _without_mmap(connection):
+        for name, _ in _queue_names(queues):
+            low, high = keys.queue_bounds(name)
+            for key, value in sql.iter_range(connection, sql.TABLE, low, high, BATCH):
+                out.write(row_line(key, value))
+                written += 1
+                if on_row is not None:
+                    on_row(1)
     return written
+
+
+@contextlib.contextmanager
+def _without_mmap(connection: BaseDatabaseWrapper) -> Iterator[None]:
+    """On SQLite, no memory map while a dump reads the whole table.
+
+    With the demo settings' `mmap_size` of 256 MB every page a full scan
+    touches stays mapped into the process: a dump of 1,000,000 rows grew RSS by
+    259 MB, of which 3 MB was the dump's own. Read through the page cache instead
+    (the connection's setting is put back afterwards).
+    """
+    if connection.vendor != "sqlite":
+        yield
+        return
+    connection.ensure_connection()
+    with connection.cursor() as cursor:
+        cursor.execute("PRAGMA mmap_size")
+        row = cursor.fetchone()
+        previous = int(row[0]) if row else 0
+        cursor.execute("PRAGMA mmap_size = 0")
+    try:
+        yield
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(f"PRAGMA mmap_size = {previous}")
 
 
 def row_line(key: bytes, value: bytes) -> str:
