@@ -240,17 +240,17 @@ class QueuedMessageAdmin(admin.ModelAdmin):
             return format_html("<strong>{}</strong>", "corrupt row")
         if obj.is_legacy or len(msgs) != 1:
             return f"{len(msgs)} messages: split at next fetch"
-        return msgs[0].subject or rows.EMPTY
+        return rows.clipped(msgs[0].subject)
 
     @admin.display(description="recipient")
-    def recipient(self, obj: QueuedMessage) -> str:
+    def recipient(self, obj: QueuedMessage) -> Any:
         msg = rows.first(obj)
-        return (msg.username if msg else "") or rows.EMPTY
+        return rows.clipped(msg.username if msg else "", break_before="@")
 
     @admin.display(description="code")
-    def code(self, obj: QueuedMessage) -> str:
+    def code(self, obj: QueuedMessage) -> Any:
         msg = rows.first(obj)
-        return getattr(msg.code, "name", str(msg.code)) if msg else rows.EMPTY
+        return rows.code_name(msg.code) if msg else rows.EMPTY
 
     @admin.display(description="first failure")
     def first_failure(self, obj: QueuedMessage) -> Any:

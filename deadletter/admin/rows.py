@@ -78,6 +78,8 @@ def age(value: Any, now: datetime) -> str:
 
 def duration(delta: timedelta) -> str:
     """A span as words ("30 days", "1 day"), not timedelta's "30 days, 0:00:00"."""
+    if delta > timedelta(0) and delta == timedelta(days=delta.days):
+        return f"{delta.days} day{'s' if delta.days != 1 else ''}"
     start = datetime(2000, 1, 1, tzinfo=UTC)
     return timesince(start, start + delta, depth=2) if delta > timedelta(0) else "0 minutes"
 
@@ -101,6 +103,25 @@ def attempts(msg: Message | None) -> int:
 def last_error(msg: Message | None) -> str:
     value = msg.extra.get(LAST_ERROR_KEY) if msg else None
     return value if isinstance(value, str) else ""
+
+
+def code_name(code: Any) -> SafeString:
+    """An event code's name, breakable after each underscore in a narrow column."""
+    name = str(getattr(code, "name", code))
+    return format_html_join(mark_safe("_<wbr>"), "{}", ((part,) for part in name.split("_")))
+
+
+def clipped(text: str, break_before: str = "") -> SafeString | str:
+    """A text for one table cell: two lines at most (CSS), the whole on hover;
+    a line may break before each `break_before` (an address's "@")."""
+    if not text:
+        return EMPTY
+    shown: Any = text
+    if break_before:
+        parts = text.split(break_before)
+        joiner = format_html("<wbr>{}", break_before)
+        shown = format_html_join(joiner, "{}", ((part,) for part in parts))
+    return format_html('<span class="dl-clip" title="{}">{}</span>', text, shown)
 
 
 def short_error(text: str) -> SafeString | str:
