@@ -32,26 +32,31 @@ def quoted(connection: BaseDatabaseWrapper, table: str) -> str:
     return connection.ops.quote_name(table)
 
 
+def watched(connection: BaseDatabaseWrapper) -> bool:
+    """Whether anyone looks at this connection's statements: an `execute_wrapper`
+    (APM hooks, tests) or query logging (`DEBUG`, `force_debug_cursor`)."""
+    return bool(connection.execute_wrappers) or connection.queries_logged
+
+
 def write(
     connection: BaseDatabaseWrapper, sql: str, params: Any, *, instrumented: bool = False
 ) -> int:
     """Run one write, in a savepoint when the caller holds a transaction so a
     failed statement does not poison it; in its own autocommit otherwise.
 
-    The autocommit path goes straight to the driver's connection (errors
-    still mapped to Django's, once there is one to map): Django's cursor
-    wrapper and placeholder rewriting cost as much as the INSERT itself on
-    SQLite. `instrumented` takes Django's cursor wrapper anyway (the rare
-    writes on a second connection, so query logging sees them).
+    Through Django's cursor whenever anyone is watching (`watched`), inside a
+    transaction, or when `instrumented` (a second connection's rare writes).
     """
-    if instrumented and not connection.in_atomic_block:
-        with connection.cursor() as cursor:
-            cursor.execute(sql, params)
-            return cursor.rowcount
     if connection.in_atomic_block:
         with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
             cursor.execute(sql, params)
             return cursor.rowcount
+    if instrumented or watched(connection):
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return cursor.rowcount
+    # Driver path, kept only when nothing watches: Django's cursor wrapper costs
+    # about as much as a SQLite INSERT (bench/bench_core.py prints both).
     connection.ensure_connection()
     cursor = connection.connection.cursor()
     try:
@@ -65,8 +70,13 @@ def write(
 
 
 def read(connection: BaseDatabaseWrapper, sql: str, params: Any) -> list[tuple[Any, ...]]:
-    """All rows of one SELECT, on the driver's cursor like `_write` (a page of a
-    scan is read whole, so no cursor stays open while the caller works)."""
+    """All rows of one SELECT (a page of a scan is read whole, so no cursor stays
+    open while the caller works); through Django's cursor whenever anyone watches."""
+    if watched(connection):
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return cursor.fetchall()
+    # Driver path when nothing watches: the wrapper's cost per page (bench_core).
     connection.ensure_connection()
     with connection.wrap_database_errors:
         cursor = connection.connection.cursor()

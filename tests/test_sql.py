@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import contextlib
+import logging
+
 import pytest
 from django.db import IntegrityError, connection, transaction
 from django.dispatch import Signal
@@ -55,3 +58,99 @@ def test_a_raising_receiver_is_logged_not_raised(caplog) -> None:
     signal.connect(broken, weak=False)
     sql.after_commit(connection, signal, sender="q")
     assert "receiver bug" in caplog.text
+
+
+# --- every statement visible to Django when anyone is looking ---------------
+
+HANDLERS = {"q": "tests.test_sql.accept"}
+
+
+def accept(msg: object) -> None:
+    return None
+
+
+class Seen:
+    """An `execute_wrapper` noting every statement on the queue table."""
+
+    def __init__(self) -> None:
+        self.statements: list[str] = []
+
+    def __call__(self, execute, sql_text, params, many, context):  # type: ignore[no-untyped-def]
+        if QueuedMessage._meta.db_table in sql_text:
+            self.statements.append(sql_text.split()[0].upper())
+        return execute(sql_text, params, many, context)
+
+
+def _park_fetch_dequeue_drain(settings, seen: Seen, *, in_atomic: bool) -> None:
+    from deadletter.drain import Drainer
+    from deadletter.messages import Message
+    from deadletter.queue import dequeue, fetch_failed_msgs, store_failed_msgs
+
+    settings.DEADLETTER_HANDLERS = HANDLERS
+    block = transaction.atomic if in_atomic else contextlib.nullcontext
+    with connection.execute_wrapper(seen):
+        with block():
+            store_failed_msgs("q", Message(subject="one"))
+            store_failed_msgs("q", Message(subject="two"))
+        assert "INSERT" in seen.statements
+        seen.statements.clear()
+        with block():
+            items = fetch_failed_msgs("q")
+        assert [i.msg.subject for i in items] == ["one", "two"]
+        assert seen.statements == ["SELECT"]
+        seen.statements.clear()
+        with block():
+            assert dequeue(items[0].key)
+        assert seen.statements == ["DELETE"]
+        seen.statements.clear()
+        report = Drainer(["q"]).run()
+        assert report.delivered == 1
+        assert "DELETE" in seen.statements
+        assert "SELECT" in seen.statements
+
+
+def test_an_execute_wrapper_sees_store_fetch_dequeue_and_drain_outside_a_transaction(
+    settings,
+) -> None:
+    _park_fetch_dequeue_drain(settings, Seen(), in_atomic=False)
+
+
+def test_an_execute_wrapper_sees_store_fetch_dequeue_and_drain_inside_atomic(settings) -> None:
+    _park_fetch_dequeue_drain(settings, Seen(), in_atomic=True)
+
+
+def test_a_store_is_one_statement_and_a_dequeue_one(django_assert_num_queries) -> None:
+    from deadletter.messages import Message
+    from deadletter.queue import dequeue, store_failed_msgs
+
+    with django_assert_num_queries(1) as captured:
+        key = store_failed_msgs("q", Message(subject="counted"))
+    assert captured.captured_queries[0]["sql"].startswith("INSERT")
+    with django_assert_num_queries(1) as captured:
+        assert dequeue(key)
+    assert captured.captured_queries[0]["sql"].startswith("DELETE")
+
+
+def test_debug_logging_sees_the_driver_path_statements(caplog) -> None:
+    with caplog.at_level(logging.DEBUG, logger="django.db.backends"):
+        connection.force_debug_cursor = True
+        try:
+            sql.write(connection, INSERT, (keys.new_key("q"), b"\x80"))
+            sql.read(connection, f"SELECT value FROM {sql.TABLE}", ())
+        finally:
+            connection.force_debug_cursor = False
+    logged = [r.getMessage() for r in caplog.records if r.name == "django.db.backends"]
+    assert any("INSERT" in line for line in logged)
+    assert any("SELECT value" in line for line in logged)
+
+
+def test_watched_is_a_wrapper_or_query_logging_and_nothing_else() -> None:
+    assert not sql.watched(connection)
+    with connection.execute_wrapper(Seen()):
+        assert sql.watched(connection)
+    connection.force_debug_cursor = True
+    try:
+        assert sql.watched(connection)
+    finally:
+        connection.force_debug_cursor = False
+    assert not sql.watched(connection)
