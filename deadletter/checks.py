@@ -185,15 +185,21 @@ def check_handlers(
     for problem in handler_problems(conf.HANDLERS):
         check_id, hint = _HANDLER_HINT[problem.kind]
         errors.append(checks.Error(f"{problem}.", hint=hint, id=check_id))
-    attempts = conf.MAX_ATTEMPTS
-    if attempts is not None and (
-        not isinstance(attempts, int) or isinstance(attempts, bool) or attempts < 1
-    ):
+    attempts = max_attempts_problem(conf.MAX_ATTEMPTS)
+    if attempts is not None:
         errors.append(
             checks.Error(
-                f"DEADLETTER_MAX_ATTEMPTS must be None or an int of at least 1, got {attempts!r}.",
+                f"{attempts}.",
                 hint="Leave it unset to retry until the age limit, or set e.g. 10.",
                 id="deadletter.E005",
             )
         )
     return errors
+
+
+def max_attempts_problem(value: Any) -> str | None:
+    """What is wrong with `DEADLETTER_MAX_ATTEMPTS` (E005), or None; the drain
+    refuses to start on the same text."""
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+        return f"DEADLETTER_MAX_ATTEMPTS must be None or an int of at least 1, got {value!r}"
+    return None

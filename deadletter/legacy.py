@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 from django.db import transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from deadletter import codec, keys, sql
+from deadletter import age, codec, keys, sql
 from deadletter.counters import record_drop
 from deadletter.gotime import GoTime
 from deadletter.messages import Message
@@ -59,6 +59,7 @@ def split_legacy_row(
     *,
     now_ns: int,
     max_age_ns: int | None = None,
+    on_expired: Callable[[Message], None] | None = None,
 ) -> int:
     """Split a legacy aggregate row (a whole queue under the bare name) into
     per-message rows; returns how many rows it stored.
@@ -87,7 +88,7 @@ def split_legacy_row(
     queue = prefix.decode("utf-8", errors="replace")
     count = codec.count_messages(value)
     seq = split_seq(prefix, value)
-    cutoff = None if max_age_ns is None else now_ns - max_age_ns
+    cutoff = None if max_age_ns is None else age.cutoff_ns(now_ns, max_age_ns)
     items = _batches(_split_items(value, count, now_ns, cutoff), _SPLIT_BATCH)
     top_ns: int | None = None
     stored = 0
@@ -102,7 +103,10 @@ def split_legacy_row(
                 rows = []
                 for index, encoded, msg in batch:
                     if encoded is None:
-                        sql.dropped(connection, queue, prefix, msg, "expired")
+                        if on_expired is not None and msg is not None:
+                            on_expired(msg)
+                        else:
+                            sql.dropped(connection, queue, prefix, msg, "expired")
                     else:
                         rows.append((keys.make_key(prefix, base_ns + index, seq ^ index), encoded))
                 if rows:
@@ -136,7 +140,7 @@ def _split_items(value: bytes, count: int, now_ns: int, cutoff: int | None) -> I
             raise codec.CodecError(f"legacy row holds more than the {count} messages counted")
         if msg.queued_at is None:
             msg = msg.replace(queued_at=GoTime(now_ns))
-        elif cutoff is not None and msg.queued_at.unix_ns < cutoff:
+        elif cutoff is not None and age.expired(msg.queued_at, cutoff):
             yield index, None, msg
             continue
         yield index, codec.encode_one(msg), None
@@ -147,8 +151,8 @@ def _freed_without_zeroing(connection: BaseDatabaseWrapper) -> Iterator[None]:
     """On SQLite, `secure_delete = FAST` while a big aggregate is deleted.
 
     An SQLite built with SECURE_DELETE (Debian's is) overwrites every page it
-    frees with zeros: deleting a 47 MB aggregate wrote 47 MB to the WAL under
-    the write lock (about 400 ms measured, against 40 ms with FAST). FAST only
+    frees with zeros, writing the whole aggregate to the WAL again under the
+    write lock (docs/legacy.md has the figures). FAST only
     skips the zeroing that costs extra I/O, and the aggregate's messages live
     on in their own rows, so nothing deleted is left readable that is not
     readable anyway. The connection's own setting is put back afterwards.
@@ -258,7 +262,7 @@ def legacy_message_rows(
     if top_ns < count:
         raise codec.CodecError("no room for the legacy messages before the queue's first row")
     base_ns = top_ns - count
-    cutoff = None if max_age_ns is None else now_ns - max_age_ns
+    cutoff = None if max_age_ns is None else age.cutoff_ns(now_ns, max_age_ns)
     for index, encoded, msg in _split_items(value, count, now_ns, cutoff):
         if encoded is None:
             if on_expired is not None and msg is not None:
@@ -361,16 +365,12 @@ def fold_queue_rows(
     body = bytearray()
     count = 0
     with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
-        after, op = prefix, ">="
-        while True:
-            cursor.execute(
-                f"SELECT key, value FROM {quoted} WHERE key {op} %s AND key < %s "
-                f"ORDER BY key LIMIT {int(batch_size)}",
-                (after, high),
-            )
-            rows = cursor.fetchall()
-            if not rows:
-                break
+
+        def read(inclusive: bool, after: bytes, high: bytes) -> list[tuple[Any, ...]]:
+            cursor.execute(sql.range_sql(connection, table, inclusive, batch_size), (after, high))
+            return cursor.fetchall()
+
+        for rows in sql.KeyPages(read, prefix, high, batch_size):
             folded: list[tuple[bytes]] = []
             for raw_key, raw_value in rows:
                 key = bytes(raw_key)
@@ -394,7 +394,6 @@ def fold_queue_rows(
                 folded.append((key,))
             if folded:
                 cursor.executemany(f"DELETE FROM {quoted} WHERE key = %s", folded)
-            after, op = bytes(rows[-1][0]), ">"
         if count:
             value = _cbor_array_head(count) + bytes(body)
             del body

@@ -9,6 +9,7 @@ from django.core.exceptions import ValidationError
 from django.db import models
 
 from deadletter import keys
+from deadletter.rowsets import QueuedMessageQuerySet
 
 
 class HexKey(bytes):
@@ -80,6 +81,8 @@ class QueuedMessage(models.Model):
     signature = models.CharField(  # noqa: DJ001  (NULL: no failure recorded, not "")
         max_length=200, null=True, blank=True, editable=False
     )
+
+    objects = QueuedMessageQuerySet.as_manager()
 
     class Meta:
         indexes = [models.Index(fields=["signature", "key"], name="deadletter_signature_key")]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from django.db import connections, transaction
@@ -21,7 +21,19 @@ from deadletter.messages import Message
 
 logger = logging.getLogger("deadletter")
 
-TABLE = "deadletter_queuedmessage"
+
+def table() -> str:
+    """The queue table's name, from the model (`QueuedMessage._meta.db_table`)."""
+    from deadletter.models import QueuedMessage
+
+    return QueuedMessage._meta.db_table
+
+
+def __getattr__(name: str) -> Any:
+    """`TABLE`, kept for importers: the model's table name, read when asked."""
+    if name == "TABLE":
+        return table()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def connection() -> BaseDatabaseWrapper:
@@ -126,17 +138,50 @@ def range_sql(connection: BaseDatabaseWrapper, table: str, inclusive: bool, limi
     )
 
 
+class KeyPages:
+    """The one key-range page loop: pages of `[low, high)` in key order, each read
+    whole by `read(inclusive, after, high)` as `ORDER BY key LIMIT size` after the last
+    key seen, so no cursor or transaction stays open between pages.
+
+    `restart_at(key)` makes the next page start at `key` again (included): a
+    reader that rewrote a row reads it anew. Used by the queue's scan, the
+    legacy fold, the kv file's reads and `iter_range`.
+    """
+
+    def __init__(
+        self,
+        read: Callable[[bool, bytes, bytes], Sequence[Sequence[Any]]],
+        low: bytes,
+        high: bytes,
+        size: int,
+    ) -> None:
+        self._read = read
+        self._next: tuple[bytes, bool] | None = (low, True)
+        self._high = high
+        self._size = size
+
+    def restart_at(self, key: bytes) -> None:
+        self._next = (key, True)
+
+    def __iter__(self) -> Iterator[Sequence[Sequence[Any]]]:
+        while self._next is not None:
+            after, inclusive = self._next
+            rows = self._read(inclusive, after, self._high)
+            self._next = (bytes(rows[-1][0]), False) if len(rows) >= self._size else None
+            yield rows
+
+
 def iter_range(
     connection: BaseDatabaseWrapper, table: str, low: bytes, high: bytes, page: int = 1000
 ) -> Iterator[tuple[bytes, bytes]]:
-    """Every `(key, value)` in `[low, high)` in key order, read a page at a time with
-    no cursor left open between pages; a NULL value reads as empty."""
-    after, inclusive = low, True
-    while True:
+    """Every `(key, value)` in `[low, high)` in key order, a page at a time
+    (`KeyPages`); a NULL value reads as empty."""
+
+    def read(inclusive: bool, after: bytes, high: bytes) -> list[tuple[Any, ...]]:
         with connection.cursor() as cursor:
             cursor.execute(range_sql(connection, table, inclusive, page), (after, high))
-            rows = [(bytes(k), bytes(v) if v is not None else b"") for k, v in cursor.fetchall()]
-        yield from rows
-        if len(rows) < page:
-            return
-        after, inclusive = rows[-1][0], False
+            return cursor.fetchall()
+
+    for rows in KeyPages(read, low, high, page):
+        for k, v in rows:
+            yield bytes(k), bytes(v) if v is not None else b""

@@ -13,7 +13,8 @@ from deadletter.gotime import GoTime
 from deadletter.messages import Message
 from deadletter.models import QueuedMessage
 from deadletter.queue import QueueingError, fetch_failed_msgs, iter_failed_msgs, store_failed_msgs
-from deadletter.sql import TABLE
+
+TABLE = QueuedMessage._meta.db_table
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -303,3 +303,21 @@ def test_a_migration_killed_at_random_points_then_rerun_keeps_every_message_once
         for name, subjects in expected.items():
             assert stored_subjects(name) == subjects, f"seed={seed} queue={name}"
     print(f"seed={seed} aggregates left by each kill: {outcomes}")
+
+
+def test_migration_0002_runs_only_its_frozen_code_never_the_live_modules() -> None:
+    import ast
+    import pathlib
+
+    migrations = pathlib.Path(__file__).resolve().parents[1] / "deadletter" / "migrations"
+    files = [migrations / "0002_split_legacy_blobs.py", *(migrations / "_0002_frozen").glob("*.py")]
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            for name in names:
+                if name.startswith("deadletter"):
+                    assert name.startswith("deadletter.migrations._0002_frozen"), (path.name, name)

@@ -581,8 +581,11 @@ def test_a_row_over_the_limit_is_left_undecoded_for_an_operator(
 # --- the queue on a database alias other than `default` -----------------------
 
 
+ELSEWHERE = "deadletter_elsewhere"  # an alias no other test adds or removes
+
+
 def _add_queue_alias() -> None:
-    """A database alias `queue` beside `default` (its own test database), added as this
+    """A database alias `ELSEWHERE` beside `default` (its own test database), added as this
     module is collected so the test run creates and migrates it like any other."""
     import copy
 
@@ -595,7 +598,7 @@ def _add_queue_alias() -> None:
         config["TEST"] = {**config.get("TEST", {}), "NAME": f"{test_name or 'deadletter'}-queue"}
     else:
         config["TEST"] = {**config.get("TEST", {}), "NAME": f"{test_name}_queue"}
-    connections.settings.setdefault("queue", config)
+    connections.settings.setdefault(ELSEWHERE, config)
 
 
 _add_queue_alias()
@@ -605,23 +608,23 @@ def accept_all(msg: Message) -> None:
     return None
 
 
-@pytest.mark.django_db(transaction=True, databases=["default", "queue"])
+@pytest.mark.django_db(transaction=True, databases=["default", ELSEWHERE])
 def test_the_queue_lives_wholly_on_deadletter_database(settings) -> None:
     from django.db import transaction
 
     from deadletter.drain import Drainer
 
-    settings.DEADLETTER_DATABASE = "queue"
+    settings.DEADLETTER_DATABASE = ELSEWHERE
     settings.DEADLETTER_HANDLERS = {"q": "tests.test_queue.accept_all"}
     first = store_failed_msgs("q", msg("first"))
-    with transaction.atomic(using="queue"):
+    with transaction.atomic(using=ELSEWHERE):
         store_failed_msgs("q", msg("second"))
     store_failed_msgs("q", msg("third"))
     assert subjects(fetch_failed_msgs("q")) == ["first", "second", "third"]
     assert not QueuedMessage.objects.exists()  # nothing on `default`
-    assert QueuedMessage.objects.using("queue").count() == 3
+    assert QueuedMessage.objects.using(ELSEWHERE).count() == 3
     assert dequeue(first)
     assert remove_msg(first) is Removal.ABSENT
     assert Drainer(["q"]).run().delivered == 2
     assert fetch_failed_msgs("q") == []
-    assert not QueuedMessage.objects.using("queue").exists()
+    assert not QueuedMessage.objects.using(ELSEWHERE).exists()

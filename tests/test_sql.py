@@ -12,7 +12,8 @@ from deadletter.models import QueuedMessage
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-INSERT = f"INSERT INTO {sql.TABLE} (key, value) VALUES (%s, %s)"
+TABLE = QueuedMessage._meta.db_table
+INSERT = f"INSERT INTO {TABLE} (key, value) VALUES (%s, %s)"
 
 
 def test_a_failed_write_inside_a_transaction_leaves_the_transaction_usable() -> None:
@@ -27,7 +28,7 @@ def test_a_failed_write_inside_a_transaction_leaves_the_transaction_usable() -> 
 
 def test_write_outside_a_transaction_commits_at_once() -> None:
     assert sql.write(connection, INSERT, (keys.new_key("q"), b"\x80")) == 1
-    assert sql.read(connection, f"SELECT value FROM {sql.TABLE}", ()) == [(b"\x80",)]
+    assert sql.read(connection, f"SELECT value FROM {TABLE}", ()) == [(b"\x80",)]
 
 
 def test_a_failed_write_outside_a_transaction_raises_djangos_error_and_leaves_no_cursor() -> None:
@@ -136,7 +137,7 @@ def test_debug_logging_sees_the_driver_path_statements(caplog) -> None:
         connection.force_debug_cursor = True
         try:
             sql.write(connection, INSERT, (keys.new_key("q"), b"\x80"))
-            sql.read(connection, f"SELECT value FROM {sql.TABLE}", ())
+            sql.read(connection, f"SELECT value FROM {TABLE}", ())
         finally:
             connection.force_debug_cursor = False
     logged = [r.getMessage() for r in caplog.records if r.name == "django.db.backends"]
@@ -154,3 +155,8 @@ def test_watched_is_a_wrapper_or_query_logging_and_nothing_else() -> None:
     finally:
         connection.force_debug_cursor = False
     assert not sql.watched(connection)
+
+
+def test_the_table_name_is_the_models_own() -> None:
+    assert sql.table() == QueuedMessage._meta.db_table
+    assert QueuedMessage._meta.db_table == sql.TABLE  # kept for importers

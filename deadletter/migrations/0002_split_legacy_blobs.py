@@ -1,9 +1,10 @@
 """Split every legacy aggregate row into per-message rows; fold them back on the way down.
 
-Non-atomic on purpose: each aggregate is split in its own transaction (by
-`legacy.split_legacy_row`, the code fetch uses), so a migration killed half
-way keeps every queue it finished and a rerun carries on with the rest,
-while each aggregate is either whole or fully split, never half. One
+Runs the frozen copy of the split and fold code in `_0002_frozen` (never the
+live `legacy`, `codec` or `messages`, which may change after this migration).
+Non-atomic on purpose: each aggregate is split in its own transaction, so a
+migration killed half way keeps every queue it finished and a rerun carries
+on with the rest, while each aggregate is either whole or fully split, never half. One
 transaction around everything would hold the write lock for the whole
 table and throw all of it away on a crash.
 """
@@ -16,7 +17,7 @@ from django.apps.registry import Apps
 from django.db import migrations
 from django.db.backends.base.schema import BaseDatabaseSchemaEditor
 
-from deadletter import legacy
+from deadletter.migrations._0002_frozen import legacy
 
 logger = logging.getLogger("deadletter")
 

@@ -1,0 +1,52 @@
+"""Hand parked messages back to their handlers, at least once.
+
+A handler is `handle(msg) -> Message | None` named per queue in
+`DEADLETTER_HANDLERS`; what it does decides the row's fate (`outcomes`, and
+the table in docs/drain.md). A row is removed only after its handler
+returned, so a crash at any point hands the message in hand over again.
+
+One module a job: `handlers` (loading and checking them), `outcomes` (the
+rules and the run's `DrainReport`), `locking` (SQLite's one drain per queue),
+`workers` (forked workers on PostgreSQL), `run` (the `Drainer` loop),
+`stopping` (signals) and `retry` (`redeliver`, the admin's "retry these").
+"""
+
+from __future__ import annotations
+
+from deadletter.drain.errors import DrainAborted, DrainConfigError, DrainLocked
+from deadletter.drain.handlers import Handler, HandlerProblem, handler_problems, load_handlers
+from deadletter.drain.locking import QueueLock
+from deadletter.drain.outcomes import (
+    ATTEMPTS_KEY,
+    DROP_REASONS,
+    LAST_ERROR_KEY,
+    LAST_ERROR_LIMIT,
+    DrainReport,
+    Outcome,
+    deliver,
+)
+from deadletter.drain.retry import redeliver
+from deadletter.drain.run import PROGRESS_EVERY, Drainer
+from deadletter.drain.stopping import SignalGuard
+
+__all__ = [
+    "ATTEMPTS_KEY",
+    "DROP_REASONS",
+    "LAST_ERROR_KEY",
+    "LAST_ERROR_LIMIT",
+    "PROGRESS_EVERY",
+    "DrainAborted",
+    "DrainConfigError",
+    "DrainLocked",
+    "DrainReport",
+    "Drainer",
+    "Handler",
+    "HandlerProblem",
+    "Outcome",
+    "QueueLock",
+    "SignalGuard",
+    "deliver",
+    "handler_problems",
+    "load_handlers",
+    "redeliver",
+]

@@ -1,0 +1,39 @@
+"""The drain's errors: a bad configuration, a queue another drain holds, an abort."""
+
+from __future__ import annotations
+
+import signal
+from typing import TYPE_CHECKING
+
+from django.core.exceptions import ImproperlyConfigured
+
+from deadletter.exceptions import DeadletterError
+
+if TYPE_CHECKING:
+    from deadletter.drain.outcomes import DrainReport
+
+__all__ = ["DrainAborted", "DrainConfigError", "DrainLocked"]
+
+
+class DrainConfigError(ImproperlyConfigured, DeadletterError):
+    """The drain cannot start as configured (handlers, options); no row was touched."""
+
+
+class DrainLocked(DeadletterError):
+    """Another drain holds a queue of this SQLite database."""
+
+
+class DrainAborted(BaseException):  # noqa: N818  (like KeyboardInterrupt: not an error to catch)
+    """A second stop signal: stop at once, leaving the message in hand queued.
+
+    A BaseException, so a handler's `except Exception` does not swallow it.
+    """
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+        self.report: DrainReport | None = None
+
+    @property
+    def signame(self) -> str:
+        return signal.Signals(self.signum).name

@@ -1,0 +1,232 @@
+"""Outcome rules: what a handler's result does to its row (`deliver`), and a run's
+tally (`DrainReport`). The table of outcomes is in docs/drain.md ("What a
+handler's result does"); this module is its code.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from deadletter import keys, queue
+from deadletter.checks import max_attempts_problem
+from deadletter.conf import conf
+from deadletter.drain.errors import DrainConfigError
+from deadletter.drain.handlers import Handler
+from deadletter.exceptions import PermanentFailure
+from deadletter.messages import Message
+from deadletter.queue import ATTEMPTS_KEY, LAST_ERROR_KEY, DropReason
+
+__all__ = [
+    "ATTEMPTS_KEY",
+    "DROP_REASONS",
+    "LAST_ERROR_KEY",
+    "LAST_ERROR_LIMIT",
+    "DrainReport",
+    "Outcome",
+    "deliver",
+    "configured_max_attempts",
+]
+
+logger = logging.getLogger("deadletter")
+
+LAST_ERROR_LIMIT = 1024
+DROP_REASONS = tuple(str(reason) for reason in DropReason)
+
+
+class Outcome(enum.StrEnum):
+    DELIVERED = "delivered"
+    REQUEUED = "requeued"
+    FAILED = "failed"
+    PERMANENT = "permanent"
+    MAX_ATTEMPTS = "max_attempts"
+    EXPIRED = "expired"
+    CORRUPT = "corrupt"
+
+
+def deliver(
+    item: queue.Queued,
+    handler: Handler,
+    *,
+    max_attempts: int | None = None,
+    savepoint: bool = False,
+) -> Outcome:
+    """Hand one message to `handler` and settle its row by what happened.
+
+    * returns None: delivered, the row is dequeued;
+    * returns a Message: partly delivered, it replaces the row as a fresh row
+      at the tail (one transaction; `queued_at` kept from the original, since
+      it anchors the age limit);
+    * raises `PermanentFailure`: the row is dropped;
+    * raises anything else: the row stays under its key with `Attempts` raised
+      and `LastError` recorded, or is dropped once `max_attempts` is reached.
+
+    With `savepoint` the handler runs in a savepoint, so database writes of a
+    failing handler inside the caller's claim transaction are undone while
+    the failure is still recorded. A `BaseException` (`DrainAborted`) passes
+    through and leaves the row as it was.
+    """
+    try:
+        if savepoint:
+            with queue.atomic():
+                result = handler(item.msg)
+        else:
+            result = handler(item.msg)
+        if result is not None and not isinstance(result, Message):
+            raise TypeError(f"handler returned {type(result).__name__}, not a Message or None")
+    except PermanentFailure as exc:
+        logger.warning(
+            "permanent failure queue=%s key=%s error=%s",
+            keys.queue_of(item.key),
+            item.key.hex(),
+            _last_error(exc),
+        )
+        return _settle(
+            item,
+            Outcome.PERMANENT,
+            lambda: queue.drop_msg(item.key, item.msg, DropReason.PERMANENT),
+        )
+    except Exception as exc:
+        return _failed(item, exc, max_attempts)
+    if result is None:
+        queue.dequeue(item.key)
+        return Outcome.DELIVERED
+    remainder = result.replace(queued_at=item.msg.queued_at or result.queued_at)
+    return _settle(item, Outcome.REQUEUED, lambda: queue.replace_msg(item.key, remainder))
+
+
+def _failed(item: queue.Queued, exc: Exception, max_attempts: int | None) -> Outcome:
+    attempts = _attempts(item.msg) + 1
+    error = _last_error(exc)
+    extra = dict(item.msg.extra)
+    extra[ATTEMPTS_KEY] = attempts
+    extra[LAST_ERROR_KEY] = error
+    msg = item.msg.replace(extra=extra)
+    name = keys.queue_of(item.key)
+    if max_attempts is not None and attempts >= max_attempts:
+        logger.warning(
+            "dropping message after max attempts queue=%s key=%s attempts=%s error=%s",
+            name,
+            item.key.hex(),
+            attempts,
+            error,
+        )
+        return _settle(
+            item,
+            Outcome.MAX_ATTEMPTS,
+            lambda: queue.drop_msg(item.key, msg, DropReason.MAX_ATTEMPTS),
+        )
+    logger.warning(
+        "delivery failed queue=%s key=%s attempts=%s error=%s",
+        name,
+        item.key.hex(),
+        attempts,
+        error,
+    )
+    _settle(item, Outcome.FAILED, lambda: queue.rewrite_msg(item.key, msg))
+    return Outcome.FAILED
+
+
+def _settle(item: queue.Queued, outcome: Outcome, write: Callable[[], object]) -> Outcome:
+    """Apply an outcome's row change; if it cannot be written the row stays as
+    it was, to be handed over again: the message counts as still failed."""
+    try:
+        write()
+    except queue.QueueingError:
+        logger.exception("could not settle message key=%s outcome=%s", item.key.hex(), outcome)
+        return Outcome.FAILED
+    return outcome
+
+
+def _attempts(msg: Message) -> int:
+    value = msg.extra.get(ATTEMPTS_KEY)
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    return 0
+
+
+def _last_error(exc: BaseException) -> str:
+    """`ExcClass: message`, cut to `LAST_ERROR_LIMIT` UTF-8 bytes on a character boundary."""
+    text = f"{type(exc).__name__}: {exc}"
+    raw = text.encode("utf-8", errors="replace")
+    if len(raw) <= LAST_ERROR_LIMIT:
+        return text
+    return raw[:LAST_ERROR_LIMIT].decode("utf-8", errors="ignore")
+
+
+@dataclasses.dataclass
+class DrainReport:
+    """What one run did; `exit_code` is the command's: 1 when a message stayed failed."""
+
+    queues: list[str]
+    workers: int = 1
+    delivered: int = 0
+    requeued: int = 0
+    failed: int = 0
+    dropped: dict[str, int] = dataclasses.field(
+        default_factory=lambda: dict.fromkeys(DROP_REASONS, 0)
+    )
+    errors: int = 0
+    elapsed: float = 0.0
+    stopped_by: str | None = None
+    aborted_by: str | None = None
+
+    @property
+    def handled(self) -> int:
+        """Messages handed to a handler."""
+        return (
+            self.delivered
+            + self.requeued
+            + self.failed
+            + self.dropped["permanent"]
+            + self.dropped["max_attempts"]
+        )
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.failed or self.errors else 0
+
+    def add(self, outcome: Outcome) -> None:
+        if outcome is Outcome.DELIVERED:
+            self.delivered += 1
+        elif outcome is Outcome.REQUEUED:
+            self.requeued += 1
+        elif outcome is Outcome.FAILED:
+            self.failed += 1
+        else:
+            self.dropped[str(outcome)] += 1
+
+    def merge(self, other: Mapping[str, Any]) -> None:
+        for name in ("delivered", "requeued", "failed", "errors"):
+            setattr(self, name, getattr(self, name) + int(other.get(name, 0)))
+        for reason, count in other.get("dropped", {}).items():
+            self.dropped[reason] = self.dropped.get(reason, 0) + int(count)
+        self.stopped_by = self.stopped_by or other.get("stopped_by")
+        self.aborted_by = self.aborted_by or other.get("aborted_by")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "queues": list(self.queues),
+            "workers": self.workers,
+            "delivered": self.delivered,
+            "requeued": self.requeued,
+            "dropped": dict(self.dropped),
+            "failed": self.failed,
+            "errors": self.errors,
+            "elapsed": round(self.elapsed, 3),
+            "rate": round(self.handled / self.elapsed, 1) if self.elapsed > 0 else None,
+            "stopped_by": self.stopped_by,
+            "aborted_by": self.aborted_by,
+        }
+
+
+def configured_max_attempts() -> int | None:
+    """`DEADLETTER_MAX_ATTEMPTS`, or `DrainConfigError` with check E005's text."""
+    value = conf.MAX_ATTEMPTS
+    problem = max_attempts_problem(value)
+    if problem is not None:
+        raise DrainConfigError(problem)
+    return value

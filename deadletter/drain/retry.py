@@ -1,0 +1,70 @@
+"""The admin's and the API's "retry these rows now": `redeliver`, with a drain's
+outcome rules and exclusion rules."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Iterable
+
+from deadletter import keys, queue
+from deadletter.drain.handlers import load_handlers
+from deadletter.drain.locking import QueueLock
+from deadletter.drain.outcomes import DrainReport, Outcome, configured_max_attempts, deliver
+
+__all__ = ["redeliver"]
+
+logger = logging.getLogger("deadletter")
+
+
+def redeliver(row_keys: Iterable[bytes], *, wait: bool = False) -> DrainReport:
+    """Hand the rows `row_keys` to their queues' handlers now, oldest first, with
+    a drain's outcome rules: "retry these" for the admin and the API.
+
+    It keeps to a drain's exclusion rules too: on SQLite it takes the queues'
+    lock files (`DrainLocked` while a drain runs, unless `wait`); on
+    PostgreSQL it claims each row, and a row another drain holds is left to
+    it. A row that is gone, or held, is not counted. Raises `DrainConfigError`
+    for a queue without a usable handler, before touching any row.
+    """
+    selected = sorted({bytes(k) for k in row_keys})
+    names = list(dict.fromkeys(keys.queue_of(k) for k in selected))
+    handlers = load_handlers(names) if names else {}
+    max_attempts = configured_max_attempts()
+    report = DrainReport(queues=names)
+    claims = queue.can_claim_rows()
+    db_file = None if claims else queue.sqlite_file()
+    started = time.monotonic()
+    lock: contextlib.AbstractContextManager[object] = (
+        QueueLock(db_file, names, wait=wait) if db_file and names else contextlib.nullcontext()
+    )
+
+    def on_drop(dropped: queue.Dropped) -> None:
+        report.add(Outcome(str(dropped.reason)))
+
+    with lock:
+        for key in selected:
+            handler = handlers[keys.queue_of(key)][1]
+            if claims:
+                with queue.atomic():
+                    item = queue.fetch_msg(key, on_drop=on_drop)
+                    if item is None:
+                        continue
+                    outcome = deliver(item, handler, max_attempts=max_attempts, savepoint=True)
+            else:
+                item = queue.fetch_msg(key, on_drop=on_drop)
+                if item is None:
+                    continue
+                outcome = deliver(item, handler, max_attempts=max_attempts)
+            report.add(outcome)
+    report.elapsed = time.monotonic() - started
+    logger.info(
+        "redelivered rows=%s delivered=%s requeued=%s failed=%s dropped=%s",
+        len(selected),
+        report.delivered,
+        report.requeued,
+        report.failed,
+        sum(report.dropped.values()),
+    )
+    return report

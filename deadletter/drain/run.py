@@ -1,0 +1,291 @@
+"""The run loop: `Drainer` walks each queue up to its tail as the run started and
+hands every message to `outcomes.deliver`.
+
+SQLite has no row locks: one drain per queue at a time (`locking.QueueLock`),
+rows read in pages with no transaction open, each outcome its own short
+write. PostgreSQL claims each row `FOR UPDATE SKIP LOCKED` in the transaction
+that settles it, so drains share a queue (`workers` processes here, or
+drains elsewhere) and a drain that dies releases its row.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from django.db import DatabaseError
+
+from deadletter import queue
+from deadletter.drain.errors import DrainAborted, DrainConfigError
+from deadletter.drain.handlers import Handler, load_handlers
+from deadletter.drain.locking import QueueLock
+from deadletter.drain.outcomes import DrainReport, Outcome, configured_max_attempts, deliver
+from deadletter.drain.workers import Budget, Cursor, Guard, WorkerPool
+
+__all__ = ["PROGRESS_EVERY", "Drainer"]
+
+logger = logging.getLogger("deadletter")
+
+PROGRESS_EVERY = 5.0
+
+
+class Drainer(WorkerPool):
+    """One drain run over `queues` (every configured queue by default).
+
+    Handlers and options are checked here, before any row is read, so a bad
+    configuration raises `DrainConfigError` having touched nothing. `run()`
+    returns a `DrainReport`; `stop()` (from a signal handler or another
+    thread) ends the run after the message in hand.
+    """
+
+    def __init__(
+        self,
+        queues: Sequence[str] | None = None,
+        *,
+        limit: int | None = None,
+        rate: float | None = None,
+        workers: int = 1,
+        wait: bool = False,
+        batch_size: int = 500,
+        on_outcome: Callable[[Outcome], None] | None = None,
+        log_progress: bool = True,
+    ) -> None:
+        if limit is not None and limit < 1:
+            raise DrainConfigError(f"limit must be at least 1, got {limit}")
+        if rate is not None and not rate > 0:
+            raise DrainConfigError(f"rate must be above 0 per second, got {rate}")
+        if workers < 1:
+            raise DrainConfigError(f"workers must be at least 1, got {workers}")
+        max_attempts = configured_max_attempts()
+        self.handlers = load_handlers(queues)
+        self.queues = list(self.handlers)
+        self.claims = queue.can_claim_rows()
+        if workers > 1 and not self.claims:
+            raise DrainConfigError(
+                f"--workers {workers} needs PostgreSQL: {queue.database_vendor()} cannot lock "
+                "single rows (no SELECT ... FOR UPDATE SKIP LOCKED), so only one drain may walk "
+                "a queue at a time; run one worker, or move the queue to PostgreSQL to scale out"
+            )
+        self.limit = limit
+        self.rate = rate
+        self.workers = workers
+        self.wait = wait
+        self.batch_size = batch_size
+        self.max_attempts = max_attempts
+        self.on_outcome = on_outcome
+        self.log_progress = log_progress
+        self.stopped_by: str | None = None
+        self._stop = threading.Event()
+        self._until: dict[str, bytes | None] = {}
+        self._cursors: dict[str, Cursor] = {}
+        self._guard = Guard()
+        self._budget = Budget(limit, self._guard)
+        self._events: Any = None
+        self._parent_pid: int | None = None
+        self._next_at = 0.0
+        self._progress_at = 0.0
+
+    # -- control
+
+    def stop(self, reason: str = "stop") -> None:
+        """End the run after the message in hand (its row is settled first)."""
+        if not self._stop.is_set():
+            self.stopped_by = reason
+            self._stop.set()
+
+    def pending(self) -> int | None:
+        """Rows the run would visit now: a progress bar's total (None if unknown)."""
+        try:
+            return sum(queue.count_rows(name, self._tail(name)) for name in self.queues)
+        except DatabaseError:
+            return None
+
+    def preview(self) -> Iterator[tuple[str, str, queue.Preview]]:
+        """(queue, handler path, preview) for what a run would do, reading only;
+        `limit` counts the messages that would be handed over."""
+        left = self.limit
+        for name in self.queues:
+            path = self.handlers[name][0]
+            for item in queue.preview_failed_msgs(name, batch_size=self.batch_size):
+                if item.verdict == "deliver" and left is not None:
+                    if left <= 0:
+                        return
+                    left -= 1
+                yield name, path, item
+
+    # -- the run
+
+    def run(self) -> DrainReport:
+        report = DrainReport(queues=list(self.queues), workers=self.workers)
+        started = time.monotonic()
+        self._progress_at = started + PROGRESS_EVERY
+        logger.info(
+            "drain started queues=%s workers=%s limit=%s rate=%s",
+            ",".join(self.queues),
+            self.workers,
+            self.limit,
+            self.rate,
+        )
+        try:
+            if self.workers > 1:
+                self._run_workers(report)
+            else:
+                with self._queue_lock():
+                    self._run_here(report)
+        except DrainAborted as exc:
+            report.aborted_by = exc.signame
+            exc.report = report
+            raise
+        finally:
+            report.elapsed = time.monotonic() - started
+            report.stopped_by = report.stopped_by or self.stopped_by
+            logger.info(
+                "drain finished delivered=%s requeued=%s dropped=%s failed=%s errors=%s "
+                "elapsed=%.3f stopped_by=%s aborted_by=%s",
+                report.delivered,
+                report.requeued,
+                report.dropped,
+                report.failed,
+                report.errors,
+                report.elapsed,
+                report.stopped_by,
+                report.aborted_by,
+            )
+        return report
+
+    def _snapshot(self, report: DrainReport) -> bool:
+        """Note each queue's newest key: the run stops there."""
+        try:
+            self._until = {name: queue.tail_key(name) for name in self.queues}
+        except DatabaseError:
+            logger.exception("drain cannot read the queues")
+            report.errors += 1
+            return False
+        return True
+
+    def _tail(self, name: str) -> bytes | None:
+        if name not in self._until:
+            self._until[name] = queue.tail_key(name)
+        return self._until[name]
+
+    def _queue_lock(self) -> contextlib.AbstractContextManager[object]:
+        db_file = None if self.claims else queue.sqlite_file()
+        if db_file is None:
+            return contextlib.nullcontext()
+        return QueueLock(db_file, self.queues, wait=self.wait, stop=self._stop)
+
+    def _run_here(self, report: DrainReport) -> None:
+        if not self._snapshot(report):
+            return
+        for name in self.queues:
+            if self._stop.is_set():
+                return
+            until = self._until[name]
+            if until is None:
+                continue
+            handler = self.handlers[name][1]
+            try:
+                if self.claims:
+                    self._drain_claiming(name, handler, until, report)
+                else:
+                    self._drain_scanning(name, handler, until, report)
+            except DatabaseError:
+                logger.exception("drain of a queue failed queue=%s", name)
+                report.errors += 1
+
+    def _drain_scanning(
+        self, name: str, handler: Handler, until: bytes, report: DrainReport
+    ) -> None:
+        items = queue.iter_failed_msgs(
+            name, batch_size=self.batch_size, on_drop=self._counting_drops(report)
+        )
+        for item in items:
+            if item.key > until or not self._may_go_on():
+                return
+            if not self._budget.take():
+                return
+            self._pace()
+            if self._stop.is_set():
+                return
+            self._record(report, deliver(item, handler, max_attempts=self.max_attempts))
+
+    def _drain_claiming(
+        self, name: str, handler: Handler, until: bytes, report: DrainReport
+    ) -> None:
+        cursor = self._cursors.setdefault(name, Cursor(self._guard))
+        on_drop = self._counting_drops(report)
+
+        def take(after: bytes | None) -> queue.Queued | None:
+            return queue.claim_failed_msg(name, after=after, until=until, on_drop=on_drop)
+
+        while self._may_go_on():
+            if not self._budget.take():
+                return
+            self._pace()
+            if self._stop.is_set():
+                self._budget.give_back()
+                return
+            with queue.atomic():
+                item = cursor.claim(take)
+                if item is None:
+                    self._budget.give_back()
+                    return
+                outcome = deliver(item, handler, max_attempts=self.max_attempts, savepoint=True)
+            self._record(report, outcome)
+
+    def _may_go_on(self) -> bool:
+        if self._stop.is_set():
+            return False
+        if self._parent_pid is not None and os.getppid() != self._parent_pid:
+            logger.warning("drain worker lost its parent; stopping pid=%s", os.getpid())
+            self.stop("parent gone")
+            return False
+        return True
+
+    def _pace(self) -> None:
+        """Hold deliveries to `rate` per second (split among the workers)."""
+        if self.rate is None:
+            return
+        now = time.monotonic()
+        if self._next_at > now:
+            self._stop.wait(self._next_at - now)
+            now = time.monotonic()
+        self._next_at = max(self._next_at, now) + self.workers / self.rate
+
+    def _record(self, report: DrainReport, outcome: Outcome) -> None:
+        report.add(outcome)
+        self._notify(outcome)
+        if self.log_progress and self._events is None:
+            now = time.monotonic()
+            if now >= self._progress_at:
+                self._progress_at = now + PROGRESS_EVERY
+                logger.info(
+                    "drain progress handled=%s delivered=%s requeued=%s failed=%s dropped=%s",
+                    report.handled,
+                    report.delivered,
+                    report.requeued,
+                    report.failed,
+                    sum(report.dropped.values()),
+                )
+
+    def _notify(self, outcome: Outcome) -> None:
+        if self._events is not None:
+            self._send(("outcome", outcome.value))
+        elif self.on_outcome is not None:
+            self.on_outcome(outcome)
+
+    def _counting_drops(self, report: DrainReport) -> queue.OnDrop:
+        """What the queue drops on the way (expired, corrupt) counts in the report
+        once the drop has committed; the drain's own drops count by outcome."""
+
+        def on_drop(dropped: queue.Dropped) -> None:
+            outcome = Outcome(str(dropped.reason))
+            report.add(outcome)
+            self._notify(outcome)
+
+        return on_drop

@@ -1,0 +1,102 @@
+"""The queue: park, read and remove failed messages, one row per message.
+
+Three modules, one job each: `api` (the public calls: store, fetch, iterate,
+dequeue, remove, and their async twins), `rows` (the row rules a read applies:
+age, split, stamp, drop; `DropReason`) and `claims` (what the drain needs to
+claim and settle a message). Everything is importable from here, as before.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from deadletter import sql  # noqa: F401  (tests reach the statements through it)
+from deadletter.conf import conf
+from deadletter.queue.api import (
+    Removal,
+    adequeue,
+    afetch_failed_msgs,
+    aremove_msg,
+    astore_failed_msgs,
+    dequeue,
+    fetch_failed_msgs,
+    iter_failed_msgs,
+    page_sql,
+    queue_names,
+    remove_msg,
+    store_failed_msgs,
+)
+from deadletter.queue.claims import (
+    Preview,
+    atomic,
+    can_claim_rows,
+    claim_failed_msg,
+    claiming,
+    count_rows,
+    database_vendor,
+    drop_msg,
+    fetch_msg,
+    preview_failed_msgs,
+    replace_msg,
+    rewrite_msg,
+    sqlite_file,
+    tail_key,
+)
+from deadletter.queue.rows import (
+    ATTEMPTS_KEY,
+    LAST_ERROR_KEY,
+    Dropped,
+    DropReason,
+    OnDrop,
+    Queued,
+    QueueingError,
+    insert_value,
+)
+
+__all__ = [
+    "MAX_QUEUE_AGE",  # noqa: F822  (the module's __getattr__: the setting, read when asked)
+    "Queued",
+    "QueueingError",
+    "Removal",
+    "adequeue",
+    "afetch_failed_msgs",
+    "aremove_msg",
+    "astore_failed_msgs",
+    "dequeue",
+    "fetch_failed_msgs",
+    "iter_failed_msgs",
+    "remove_msg",
+    "store_failed_msgs",
+]
+
+_DRAIN_SIDE = (  # importable from here for the drain, the admin and the contrib apps
+    ATTEMPTS_KEY,
+    LAST_ERROR_KEY,
+    Dropped,
+    DropReason,
+    OnDrop,
+    Preview,
+    atomic,
+    can_claim_rows,
+    claim_failed_msg,
+    claiming,
+    count_rows,
+    database_vendor,
+    drop_msg,
+    fetch_msg,
+    insert_value,
+    page_sql,
+    preview_failed_msgs,
+    queue_names,
+    replace_msg,
+    rewrite_msg,
+    sqlite_file,
+    tail_key,
+)
+
+
+def __getattr__(name: str) -> Any:
+    """`MAX_QUEUE_AGE` is the `DEADLETTER_MAX_QUEUE_AGE` setting, read when asked."""
+    if name == "MAX_QUEUE_AGE":
+        return conf.MAX_QUEUE_AGE
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,301 @@
+"""The public queue API: store, fetch, iterate, dequeue and remove failed messages,
+and their async twins, over the row rules of `rows`.
+
+The hot paths (store, dequeue, a scan's pages) are single raw statements
+(`sql`); a queue is read in pages of `ORDER BY key LIMIT n` keyed on the last
+key seen, so no transaction or cursor stays open while the caller works.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import enum
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.db import DatabaseError
+from django.db.backends.base.base import BaseDatabaseWrapper
+
+from deadletter import age, codec, detached, keys, signals, sql
+from deadletter.conf import conf
+from deadletter.gotime import GoTime
+from deadletter.legacy import iter_queue_heads
+from deadletter.messages import Message
+from deadletter.queue.rows import (
+    REREAD,
+    REREAD_LIMIT,
+    OnDrop,
+    Queued,
+    QueueingError,
+    delete_sql,
+    insert_value,
+    process_row,
+)
+
+logger = logging.getLogger("deadletter")
+
+
+# --- store -----------------------------------------------------------------
+
+
+def store_failed_msgs(queue: str, msg: Message) -> bytes:
+    """Park `msg` under a fresh key at the tail of `queue`; returns the key.
+
+    The row commits on its own: a rollback of the caller's transaction never
+    takes it along (see `deadletter.detached` for how, per backend).
+    `queued_at` is stamped with now only when unset: it is the time of first
+    failure and anchors the age limit, so a message handed back and parked
+    again keeps it. Raises `QueueingError` when the row cannot be written (or
+    would be over `DEADLETTER_MAX_ROW_BYTES`) and `ValueError` for an invalid
+    queue name.
+    """
+    prefix = keys.encode_queue_name(queue)
+    if msg.queued_at is None:
+        msg = msg.replace(queued_at=GoTime.now())
+    try:
+        value = codec.encode_one(msg)
+    except (codec.CodecError, TypeError, ValueError) as exc:
+        logger.error("store failed queue=%s reason=unencodable error=%s", queue, exc)
+        raise QueueingError from exc
+    if len(value) > conf.MAX_ROW_BYTES:
+        logger.error("store failed queue=%s reason=too-large bytes=%d", queue, len(value))
+        raise QueueingError(
+            f"the message is {len(value):,} bytes, over DEADLETTER_MAX_ROW_BYTES "
+            f"({conf.MAX_ROW_BYTES:,})"
+        )
+    connection = sql.connection()
+    instrumented = False
+    if connection.in_atomic_block:  # one attribute read on the common path
+        where = detached.route(connection)
+        if where is detached.Route.DEFERRED:
+            key = keys.new_key(prefix)
+            detached.defer(connection, _ParkLater(queue, prefix, key, value, msg))
+            return key
+        if where is detached.Route.PRIVATE:
+            try:
+                connection = detached.private_connection(connection)
+            except DatabaseError as exc:
+                logger.exception("store failed queue=%s", queue)
+                raise QueueingError from exc
+            instrumented = True
+    key = insert_value(connection, prefix, value, queue=queue, instrumented=instrumented)
+    sql.after_commit(connection, signals.message_enqueued, sender=queue, key=key, msg=msg)
+    return key
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _ParkLater:
+    """A store held back until the caller's transaction ends (SQLite, where the
+    caller holds the write lock); written under the key already handed out."""
+
+    queue: str
+    prefix: bytes
+    key: bytes
+    value: bytes
+    msg: Message
+
+    def __call__(self, connection: BaseDatabaseWrapper) -> bytes:
+        key = insert_value(connection, self.prefix, self.value, queue=self.queue, key=self.key)
+        if key != self.key:
+            logger.warning(
+                "deferred store took another key queue=%s key=%s was=%s",
+                self.queue,
+                key.hex(),
+                self.key.hex(),
+            )
+        sql.after_commit(
+            connection, signals.message_enqueued, sender=self.queue, key=key, msg=self.msg
+        )
+        return key
+
+
+# --- dequeue ---------------------------------------------------------------
+
+
+class Removal(enum.Enum):
+    """What `remove_msg` did: removed the row, found none, or could not tell the
+    database to (the row then stays and is handed over again later)."""
+
+    REMOVED = "removed"
+    ABSENT = "absent"
+    FAILED = "failed"
+
+
+def remove_msg(key: bytes) -> Removal:
+    """Delete exactly the row `key`, telling "removed", "was not there" and
+    "the database failed" apart (the API answers 204, 404 and 503 on them).
+
+    Never raises for database errors: it logs them and returns `FAILED`.
+    Sends `message_dequeued` once the delete has committed.
+    """
+    key = bytes(key)
+    connection = sql.connection()
+    try:
+        deleted = sql.write(connection, delete_sql(connection), (key,))
+    except DatabaseError:
+        logger.exception("dequeue failed key=%s", key.hex())
+        return Removal.FAILED
+    if not deleted:
+        return Removal.ABSENT
+    sql.after_commit(connection, signals.message_dequeued, sender=keys.queue_of(key), key=key)
+    return Removal.REMOVED
+
+
+def dequeue(key: bytes) -> bool:
+    """Delete exactly the row `key`; call it only once the message's outcome is durable.
+
+    Returns whether it removed the row. Logs and returns False on failure:
+    the row then stays, and a later drain hands the message over again (at
+    least once, never lost). `remove_msg` tells "absent" from "failed".
+    """
+    return remove_msg(key) is Removal.REMOVED
+
+
+# --- fetch -----------------------------------------------------------------
+
+
+def fetch_failed_msgs(queue: str, limit: int | None = None) -> list[Queued]:
+    """Every live message of `queue` (the oldest `limit` of them), oldest first;
+    rows stay until dequeued.
+
+    Never raises for database or data problems: it logs and returns what it
+    could read. With `limit`, one page query of `limit` rows reads them.
+    """
+    return list(iter_failed_msgs(queue, limit=limit))
+
+
+def iter_failed_msgs(
+    queue: str,
+    batch_size: int = 1000,
+    limit: int | None = None,
+    *,
+    on_drop: OnDrop | None = None,
+) -> Iterator[Queued]:
+    """`fetch_failed_msgs` in bounded memory: reads `batch_size` rows at a time,
+    and no more than `limit` when fewer messages are wanted.
+
+    Rows the rules rewrite (a legacy aggregate, a multi-message row, a zero
+    `queued_at`, an expired sibling) are rewritten first and then read again,
+    so every message yielded has its own row under its own key. What the rules
+    drop on the way is told to `on_drop` (the drain counts it).
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+    if limit is not None:
+        if type(limit) is not int or limit < 0:
+            raise ValueError(f"limit must be an int of at least 0, got {limit!r}")
+        if limit == 0:
+            return
+        batch_size = min(batch_size, limit)
+    low, high = keys.queue_bounds(queue)
+    connection = sql.connection()
+    max_age_ns = age.max_age_ns()
+    max_row_bytes = conf.MAX_ROW_BYTES
+    left = -1 if limit is None else limit
+    decode_single, separator, new_queued, expired = (
+        codec.decode_single,
+        keys.NUL,
+        tuple.__new__,
+        age.expired,
+    )
+    rereads: dict[bytes, int] = {}
+
+    def read(inclusive: bool, after: bytes, high: bytes) -> list[tuple[Any, ...]]:
+        return sql.read(connection, page_sql(connection, inclusive, batch_size), (after, high))
+
+    pages = sql.KeyPages(read, low, high, batch_size)
+    try:
+        for rows in pages:
+            cutoff = age.cutoff_ns(max_age=max_age_ns)
+            for key, value in rows:
+                # The common row (one live, stamped message) is handed out here;
+                # every other row goes through the rules in `rows.process_row`.
+                if separator in key and len(value) <= max_row_bytes:
+                    try:
+                        msg = decode_single(value)
+                    except codec.CodecError:
+                        msg = None
+                    if msg is not None:
+                        stamped = msg.queued_at
+                        if stamped is not None and not expired(stamped, cutoff):
+                            yield new_queued(Queued, (key, msg))
+                            left -= 1
+                            if not left:
+                                return
+                            continue
+                outcome = process_row(
+                    connection,
+                    queue,
+                    low,
+                    bytes(key),
+                    bytes(value or b""),
+                    max_age_ns=max_age_ns,
+                    on_drop=on_drop,
+                )
+                if isinstance(outcome, Queued):
+                    yield outcome
+                    left -= 1
+                    if not left:
+                        return
+                elif outcome is REREAD:
+                    rereads[key] = rereads.get(key, 0) + 1
+                    if rereads[key] <= REREAD_LIMIT:
+                        pages.restart_at(key)
+                        break
+                    logger.error("fetch gave up on a row rewritten under it key=%s", key.hex())
+    except DatabaseError:
+        logger.exception("fetch failed queue=%s", queue)
+
+
+def page_sql(connection: BaseDatabaseWrapper, inclusive: bool, batch_size: int) -> str:
+    """The scan's one query: a page of a queue's key range, in key order, from a key on.
+
+    Parameters: the first key (included or not) and the range's end.
+    """
+    return sql.range_sql(connection, sql.table(), inclusive, batch_size)
+
+
+def queue_names() -> list[str]:
+    """The name of every queue that holds a row, in key order: one index seek a queue."""
+    connection = sql.connection()
+    try:
+        heads = list(iter_queue_heads(connection, sql.table()))
+    except DatabaseError:
+        logger.exception("listing queues failed")
+        return []
+    return [keys.queue_of(head) for head in heads]
+
+
+# --- async twins -----------------------------------------------------------
+
+
+async def astore_failed_msgs(queue: str, msg: Message) -> bytes:
+    return await sync_to_async(store_failed_msgs)(queue, msg)
+
+
+async def afetch_failed_msgs(queue: str, limit: int | None = None) -> list[Queued]:
+    return await sync_to_async(fetch_failed_msgs)(queue, limit)
+
+
+async def adequeue(key: bytes) -> bool:
+    """`dequeue` that finishes its delete even if the awaiting task is cancelled
+    (a shutdown mid-drain must not leave a handled row to be delivered again);
+    the cancellation is passed on once the delete is done."""
+    return await aremove_msg(key) is Removal.REMOVED
+
+
+async def aremove_msg(key: bytes) -> Removal:
+    """`remove_msg` that finishes its delete even if the awaiting task is cancelled."""
+    task = asyncio.ensure_future(sync_to_async(remove_msg)(key))
+    cancelled = False
+    while not task.done():
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            cancelled = True
+    if cancelled:
+        raise asyncio.CancelledError
+    return task.result()

@@ -1,0 +1,282 @@
+"""What the drain needs to claim and settle one handed-over message: claims
+(`FOR UPDATE SKIP LOCKED` through the model's queryset), a row by key, the
+settlements (rewrite, replace, drop), a queue's tail and row count, a
+read-only preview.
+
+Each settlement runs in the caller's transaction when there is one (the
+PostgreSQL claim transaction) and in its own otherwise, and sends its signal
+only once the row change has committed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from django.db import DatabaseError, NotSupportedError, transaction
+
+from deadletter import age, codec, keys, signals, sql
+from deadletter.causes import signature_of
+from deadletter.conf import conf
+from deadletter.counters import record_drop
+from deadletter.gotime import GoTime
+from deadletter.messages import Message
+from deadletter.queue.rows import (
+    REREAD,
+    REREAD_LIMIT,
+    DropReason,
+    OnDrop,
+    Queued,
+    QueueingError,
+    delete_sql,
+    insert_value,
+    process_row,
+)
+
+if TYPE_CHECKING:
+    from deadletter.rowsets import QueuedMessageQuerySet
+
+logger = logging.getLogger("deadletter")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Preview:
+    """What a drain would do with one message, read without writing: `verdict` is
+    "deliver", "expired" or "corrupt" (`msg` is None for a corrupt row)."""
+
+    key: bytes
+    msg: Message | None
+    verdict: str
+
+
+def database_vendor() -> str:
+    """The vendor of the queue's database ("sqlite", "postgresql", ...)."""
+    return sql.connection().vendor
+
+
+def can_claim_rows() -> bool:
+    """Whether the queue's database can lock single rows and skip locked ones,
+    which several drains at once need to never hand a message over twice."""
+    connection = sql.connection()
+    return connection.vendor != "sqlite" and connection.features.has_select_for_update_skip_locked
+
+
+def sqlite_file() -> str | None:
+    """The file of a SQLite queue database; None for another backend or an in-memory one."""
+    connection = sql.connection()
+    if connection.vendor != "sqlite":
+        return None
+    name = str(connection.settings_dict["NAME"])
+    if not name or name == ":memory:" or "mode=memory" in name:
+        return None
+    return name
+
+
+def tail_key(queue: str) -> bytes | None:
+    """The newest key of `queue` now, to bound a drain to the rows that were there
+    when it started."""
+    return _rows().tail_key(queue)
+
+
+def count_rows(queue: str, until: bytes | None = None) -> int:
+    """How many rows `queue` holds up to and including `until` (a legacy or
+    multi-message row counts once): a progress bar's total, not a message count."""
+    return _rows().count_rows(queue, until)
+
+
+def _rows() -> QueuedMessageQuerySet:
+    from deadletter.models import QueuedMessage
+
+    return QueuedMessage.objects.using(conf.DATABASE)
+
+
+def rewrite_msg(key: bytes, msg: Message) -> bool:
+    """Write `msg` back in place under `key`, keeping the row's place in the queue;
+    False when the row is gone (nothing is written then). Raises `QueueingError`.
+    The cause of its `LastError` (`causes.signature_of`) goes in the same statement,
+    so the admin groups failures without decoding rows."""
+    key = bytes(key)
+    connection = sql.connection()
+    try:
+        value = codec.encode_one(msg)
+    except (codec.CodecError, TypeError, ValueError) as exc:
+        raise QueueingError from exc
+    try:
+        return bool(
+            sql.write(
+                connection,
+                f"UPDATE {sql.quoted(connection, sql.table())} "
+                "SET value = %s, signature = %s WHERE key = %s",
+                (value, signature_of(msg.extra.get("LastError")), key),
+            )
+        )
+    except DatabaseError as exc:
+        logger.exception("rewrite failed key=%s", key.hex())
+        raise QueueingError from exc
+
+
+def replace_msg(key: bytes, msg: Message) -> bytes | None:
+    """Delete the row `key` and park `msg` as a fresh row at its queue's tail, in
+    one transaction: a crash leaves the old row or the new one, never both or
+    neither. Returns the new key; None when the old row is already gone (it was
+    handled or deleted elsewhere, so its remainder is not parked again).
+    Sends `message_dequeued` for the old key and `message_enqueued` for the new
+    one after the commit. Raises `QueueingError` (nothing changed then).
+    """
+    key = bytes(key)
+    queue = keys.queue_of(key)
+    prefix = key.partition(keys.SEPARATOR)[0]
+    if msg.queued_at is None:
+        msg = msg.replace(queued_at=GoTime.now())
+    try:
+        value = codec.encode_one(msg)
+    except (codec.CodecError, TypeError, ValueError) as exc:
+        raise QueueingError from exc
+    connection = sql.connection()
+    try:
+        with transaction.atomic(using=connection.alias):
+            deleted = sql.write(connection, delete_sql(connection), (key,))
+            if not deleted:
+                return None
+            new_key = insert_value(connection, prefix, value, queue=queue)
+            sql.after_commit(connection, signals.message_dequeued, sender=queue, key=key)
+            sql.after_commit(
+                connection, signals.message_enqueued, sender=queue, key=new_key, msg=msg
+            )
+    except DatabaseError as exc:
+        logger.exception("replace failed queue=%s key=%s", queue, key.hex())
+        raise QueueingError from exc
+    return new_key
+
+
+def drop_msg(key: bytes, msg: Message | None, reason: DropReason | str) -> bool:
+    """Delete the row `key` because its message is thrown away; sends
+    `message_dropped` with `reason` after the commit. False when the row was
+    already gone. Raises `QueueingError`."""
+    key = bytes(key)
+    reason = DropReason(reason)
+    queue = keys.queue_of(key)
+    connection = sql.connection()
+    try:
+        with transaction.atomic(using=connection.alias):
+            deleted = sql.write(connection, delete_sql(connection), (key,))
+            if deleted:
+                record_drop(connection, queue, reason)
+    except DatabaseError as exc:
+        logger.exception("drop failed queue=%s key=%s", queue, key.hex())
+        raise QueueingError from exc
+    if deleted:
+        logger.info("dropped message queue=%s key=%s reason=%s", queue, key.hex(), reason)
+        sql.dropped(connection, queue, key, msg, str(reason))
+    return bool(deleted)
+
+
+def atomic() -> transaction.Atomic:
+    """A transaction on the queue's database: claim a row and settle it in one."""
+    return transaction.atomic(using=conf.DATABASE)
+
+
+@contextlib.contextmanager
+def claiming(
+    queue: str,
+    *,
+    after: bytes | None = None,
+    until: bytes | None = None,
+    on_drop: OnDrop | None = None,
+) -> Iterator[Queued | None]:
+    """A transaction holding the oldest unclaimed message of `queue` with a key
+    above `after` (and at most `until`), or None when there is none.
+
+    Settle the message (`dequeue`, `replace_msg`, `rewrite_msg`, `drop_msg`)
+    inside the block: the settlement commits with the claim, and a process
+    that dies before the end releases the row to the other drains untouched.
+    Needs a database that `can_claim_rows`.
+    """
+    connection = sql.connection()
+    with transaction.atomic(using=connection.alias):
+        yield claim_failed_msg(queue, after=after, until=until, on_drop=on_drop)
+
+
+def claim_failed_msg(
+    queue: str,
+    *,
+    after: bytes | None = None,
+    until: bytes | None = None,
+    on_drop: OnDrop | None = None,
+) -> Queued | None:
+    """Lock the oldest message of `queue` no other transaction holds, with
+    `SELECT ... FOR UPDATE SKIP LOCKED`; call it inside a transaction (see
+    `claiming`). Rows the rules rewrite or drop on the way are treated as by
+    `iter_failed_msgs`, in the same transaction, and told to `on_drop`.
+    """
+    connection = sql.connection()
+    if not connection.in_atomic_block:
+        raise transaction.TransactionManagementError("claim_failed_msg needs a transaction")
+    if not can_claim_rows():
+        raise NotSupportedError(f"{connection.vendor} cannot skip locked rows")
+    low = keys.queue_bounds(queue)[0]
+    bound, inclusive = after, False
+    rereads = 0
+    while True:
+        row = _rows().claim(queue, after=bound, inclusive=inclusive, until=until)
+        if row is None:
+            return None
+        key, value = row
+        outcome = process_row(connection, queue, low, key, value, on_drop=on_drop)
+        if isinstance(outcome, Queued):
+            return outcome
+        if outcome is REREAD and rereads < REREAD_LIMIT:
+            rereads += 1
+            bound, inclusive = key, True
+            continue
+        rereads = 0
+        bound, inclusive = key, False
+
+
+def fetch_msg(key: bytes, *, on_drop: OnDrop | None = None) -> Queued | None:
+    """The message of the one row `key`, the rules of `iter_failed_msgs` applied
+    (a zero `queued_at` stamped, an expired message or a corrupt row dropped, a
+    multi-message row split with its first message keeping the key); None when
+    there is nothing to hand over. Inside a transaction on a database that
+    `can_claim_rows`, the row is locked `FOR UPDATE SKIP LOCKED`, and None also
+    means another drain holds it. Never raises for database or data problems.
+    """
+    key = bytes(key)
+    connection = sql.connection()
+    lock = connection.in_atomic_block and can_claim_rows()
+    name = keys.queue_of(key)
+    prefix = key.partition(keys.SEPARATOR)[0]
+    for _ in range(REREAD_LIMIT):
+        try:
+            row = _rows().locked_row(key, lock=lock)
+        except DatabaseError:
+            logger.exception("fetch failed key=%s", key.hex())
+            return None
+        if row is None:
+            return None
+        outcome = process_row(connection, name, prefix, key, row[1], on_drop=on_drop)
+        if isinstance(outcome, Queued):
+            return outcome
+        if outcome is not REREAD:
+            return None
+    return None
+
+
+def preview_failed_msgs(queue: str, batch_size: int = 1000) -> Iterator[Preview]:
+    """Every message of `queue` oldest first with what a drain would do to it,
+    read only: no row is split, stamped or deleted (for `--dry-run`)."""
+    low, high = keys.queue_bounds(queue)
+    max_age_ns = age.max_age_ns()
+    rows = sql.iter_range(sql.connection(), sql.table(), low, high, batch_size)
+    for key, value in rows:
+        try:
+            msgs = codec.decode(value)
+        except codec.CodecError:
+            yield Preview(key, None, "corrupt")
+            continue
+        cutoff = age.cutoff_ns(max_age=max_age_ns)
+        for msg in msgs:
+            yield Preview(key, msg, "expired" if age.expired(msg.queued_at, cutoff) else "deliver")

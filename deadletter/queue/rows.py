@@ -1,0 +1,344 @@
+"""The row rules a read applies (the brief's semantics table): a corrupt row is
+dropped, an expired message dropped, a zero `queued_at` stamped, a legacy or
+multi-message row split so every message has its own key; and how a row is
+written. Every rewrite is conditional on the row still holding the bytes read.
+
+What a rule drops is told to the caller (`on_drop`, a `Dropped` with its
+`DropReason`) and to `message_dropped`, both once the change has committed,
+and counted (`counters.record_drop`) in the transaction that deletes it.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import time
+from collections.abc import Callable
+from typing import NamedTuple
+
+from django.db import DatabaseError, IntegrityError, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
+
+from deadletter import age, codec, keys, sql
+from deadletter.conf import conf
+from deadletter.counters import record_drop
+from deadletter.exceptions import DeadletterError
+from deadletter.gotime import GoTime
+from deadletter.legacy import split_legacy_row
+from deadletter.messages import Message
+
+logger = logging.getLogger("deadletter")
+
+ATTEMPTS_KEY = "Attempts"
+LAST_ERROR_KEY = "LastError"
+"""The `extra` keys the drain records a failed delivery under (Go-style names)."""
+
+_INSERT_ATTEMPTS = 5
+REREAD_LIMIT = 5
+
+
+class QueueingError(DeadletterError):
+    """A message could not be written to the queue; the cause is chained.
+
+    The text starts with the seed's "problem with persistent queue" and then
+    says what went wrong: the message given, else the chained cause.
+    """
+
+    def __str__(self) -> str:
+        detail = " ".join(str(arg) for arg in self.args)
+        cause = self.__cause__
+        if not detail and cause is not None:
+            detail = f"{type(cause).__name__}: {cause}".rstrip(": ")
+        return (
+            f"problem with persistent queue: {detail}"
+            if detail
+            else "problem with persistent queue"
+        )
+
+
+class Queued(NamedTuple):
+    """A fetched message and the key of the row it came from, to dequeue exactly that row.
+
+    A named tuple: a scan builds one per message, and a frozen dataclass costs more.
+    """
+
+    key: bytes
+    msg: Message
+
+    @property
+    def attempts(self) -> int:
+        """How many deliveries the drain has tried and seen fail; 0 when never tried."""
+        value = self.msg.extra.get(ATTEMPTS_KEY)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+        return 0
+
+    @property
+    def last_error(self) -> str | None:
+        """The last failed delivery's error as `ExcClass: message`; None when never tried."""
+        value = self.msg.extra.get(LAST_ERROR_KEY)
+        return value if isinstance(value, str) and value else None
+
+
+class DropReason(enum.StrEnum):
+    """Why a message was thrown away (the `reason` of `message_dropped` and the drop counters)."""
+
+    EXPIRED = "expired"
+    CORRUPT = "corrupt"
+    PERMANENT = "permanent"
+    MAX_ATTEMPTS = "max_attempts"
+
+
+class Dropped(NamedTuple):
+    """A message (None for a corrupt row) the queue threw away, and why."""
+
+    queue: str
+    key: bytes
+    msg: Message | None
+    reason: DropReason
+
+
+OnDrop = Callable[[Dropped], None]
+
+
+def report_drop(
+    connection: BaseDatabaseWrapper,
+    queue: str,
+    key: bytes,
+    msg: Message | None,
+    reason: DropReason,
+    on_drop: OnDrop | None = None,
+) -> None:
+    """Tell `on_drop` and `message_dropped` once the change that dropped `msg` has committed."""
+    sql.dropped(connection, queue, key, msg, str(reason))
+    if on_drop is not None:
+        dropped = Dropped(queue, key, msg, reason)
+        connection.on_commit(lambda: on_drop(dropped))
+
+
+# --- writing a row ---------------------------------------------------------------
+
+
+def insert_value(
+    connection: BaseDatabaseWrapper,
+    prefix: bytes,
+    value: bytes,
+    *,
+    queue: str,
+    key: bytes | None = None,
+    instrumented: bool = False,
+) -> bytes:
+    """Insert an encoded row under `key` (a fresh one when None), retrying a key
+    collision with a new key."""
+    query = f"INSERT INTO {sql.quoted(connection, sql.table())} (key, value) VALUES (%s, %s)"
+    for _ in range(_INSERT_ATTEMPTS):
+        if key is None:
+            key = keys.new_key(prefix)
+        try:
+            sql.write(connection, query, (key, value), instrumented=instrumented)
+        except IntegrityError:
+            logger.warning("store key collision queue=%s key=%s", queue, key.hex())
+            key = None
+            continue
+        except DatabaseError as exc:
+            logger.exception("store failed queue=%s", queue)
+            raise QueueingError from exc
+        return key
+    raise QueueingError(f"no free key after {_INSERT_ATTEMPTS} attempts")
+
+
+def delete_sql(connection: BaseDatabaseWrapper) -> str:
+    return f"DELETE FROM {sql.quoted(connection, sql.table())} WHERE key = %s"
+
+
+# --- the rules -------------------------------------------------------------------
+
+
+REREAD = object()
+"""`process_row`: the row was rewritten (split, stamped); read it again."""
+SKIP = object()
+"""`process_row`: nothing to hand out from this row."""
+
+
+def process_row(
+    connection: BaseDatabaseWrapper,
+    queue: str,
+    prefix: bytes,
+    key: bytes,
+    value: bytes,
+    *,
+    max_age_ns: int | None = None,
+    on_drop: OnDrop | None = None,
+) -> Queued | object:
+    """Apply the semantics table to one row: a `Queued` to hand out, `SKIP` or `REREAD`.
+
+    A message row over `DEADLETTER_MAX_ROW_BYTES` is skipped undecoded and left
+    in place for an operator (legacy aggregates are split a message at a time
+    whatever their size).
+    """
+    if keys.NUL in key and len(value) > conf.MAX_ROW_BYTES:
+        logger.warning(
+            "row too large, left for an operator queue=%s key=%s bytes=%d limit=%d",
+            queue,
+            key.hex(),
+            len(value),
+            conf.MAX_ROW_BYTES,
+        )
+        return SKIP
+    table = sql.table()
+    now_ns = time.time_ns()
+    if max_age_ns is None:
+        max_age_ns = age.max_age_ns()
+    if keys.is_legacy_key(key):
+        try:
+            split_legacy_row(
+                connection,
+                table,
+                prefix,
+                value,
+                now_ns=now_ns,
+                max_age_ns=max_age_ns,
+                on_expired=lambda msg: report_drop(
+                    connection, queue, prefix, msg, DropReason.EXPIRED, on_drop
+                ),
+            )
+        except codec.CodecError as exc:
+            logger.error("dropping corrupt legacy row queue=%s error=%s", queue, exc)
+            if _safe_delete(connection, table, key, value, queue, DropReason.CORRUPT):
+                report_drop(connection, queue, key, None, DropReason.CORRUPT, on_drop)
+            return SKIP
+        except sql.Conflict:
+            pass
+        except DatabaseError:
+            logger.exception("legacy split failed queue=%s", queue)
+            return SKIP
+        return REREAD
+    try:
+        msgs = codec.decode(value)
+    except codec.CodecError as exc:
+        logger.error("dropping corrupt row queue=%s key=%s error=%s", queue, key.hex(), exc)
+        if _safe_delete(connection, table, key, value, queue, DropReason.CORRUPT):
+            report_drop(connection, queue, key, None, DropReason.CORRUPT, on_drop)
+        return SKIP
+    live, expired, changed = _apply_age_rules(queue, key, msgs, now_ns, max_age_ns)
+    if not changed and len(live) == 1:
+        return Queued(key, live[0])
+    if not live:
+        if _safe_delete(connection, table, key, value, queue, DropReason.EXPIRED, len(expired)):
+            for msg in expired:
+                report_drop(connection, queue, key, msg, DropReason.EXPIRED, on_drop)
+        return SKIP
+    try:
+        with transaction.atomic(using=connection.alias):
+            _rewrite_row(connection, table, prefix, key, value, live, queue)
+            record_drop(connection, queue, DropReason.EXPIRED, len(expired))
+    except sql.Conflict:
+        return REREAD
+    except DatabaseError:
+        logger.exception("rewrite failed queue=%s key=%s", queue, key.hex())
+        return SKIP
+    for msg in expired:
+        report_drop(connection, queue, key, msg, DropReason.EXPIRED, on_drop)
+    return REREAD
+
+
+def _apply_age_rules(
+    queue: str, key: bytes, msgs: list[Message], now_ns: int, max_age_ns: int
+) -> tuple[list[Message], list[Message], bool]:
+    """Split off expired messages, stamp zero `queued_at`: (live, expired, changed)."""
+    cutoff = age.cutoff_ns(now_ns, max_age_ns)
+    live: list[Message] = []
+    expired: list[Message] = []
+    changed = False
+    for msg in msgs:
+        if msg.queued_at is None:
+            msg = msg.replace(queued_at=GoTime(now_ns))
+            changed = True
+        elif age.expired(msg.queued_at, cutoff):
+            logger.info(
+                "dropping expired message queue=%s key=%s queued_at=%s",
+                queue,
+                key.hex(),
+                msg.queued_at,
+            )
+            expired.append(msg)
+            changed = True
+            continue
+        live.append(msg)
+    return live, expired, changed
+
+
+def _safe_delete(
+    connection: BaseDatabaseWrapper,
+    table: str,
+    key: bytes,
+    value: bytes,
+    queue: str,
+    reason: DropReason,
+    dropped: int = 1,
+) -> bool:
+    """Delete a dropped row, if it still holds `value`, and count the drop
+    (`counters.record_drop`) in one transaction."""
+    try:
+        with transaction.atomic(using=connection.alias):
+            deleted = bool(
+                sql.write(
+                    connection,
+                    f"DELETE FROM {sql.quoted(connection, table)} WHERE key = %s AND value = %s",
+                    (key, value),
+                )
+            )
+            if deleted:
+                record_drop(connection, queue, reason, dropped)
+            return deleted
+    except DatabaseError:
+        logger.exception("delete failed queue=%s key=%s", queue, key.hex())
+        return False
+
+
+def _rewrite_row(
+    connection: BaseDatabaseWrapper,
+    table: str,
+    prefix: bytes,
+    key: bytes,
+    old_value: bytes,
+    live: list[Message],
+    queue: str,
+) -> None:
+    """Keep the first message under `key`, give each further one its own key right
+    after it, so every message keeps its place in the queue's order."""
+    quoted = sql.quoted(connection, table)
+    with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {quoted} SET value = %s WHERE key = %s AND value = %s",
+            (codec.encode_one(live[0]), key, old_value),
+        )
+        if cursor.rowcount != 1:
+            raise sql.Conflict
+        rest = live[1:]
+        if not rest:
+            return
+        cursor.execute(
+            f"SELECT key FROM {quoted} WHERE key > %s AND key < %s ORDER BY key LIMIT 1",
+            (key, prefix + b"\x01"),
+        )
+        following = cursor.fetchone()
+        start = keys.key_to_int(key)
+        limit = keys.key_to_int(bytes(following[0])) if following else 1 << 128
+        if start + len(rest) < limit:
+            new_keys = [keys.key_from_int(prefix, start + i) for i in range(1, len(rest) + 1)]
+        else:
+            logger.warning(
+                "no room after row; split messages go to the tail queue=%s key=%s",
+                queue,
+                key.hex(),
+            )
+            new_keys = [keys.new_key(prefix) for _ in rest]
+        try:
+            with transaction.atomic(using=connection.alias):
+                cursor.executemany(
+                    f"INSERT INTO {quoted} (key, value) VALUES (%s, %s)",
+                    [(k, codec.encode_one(m)) for k, m in zip(new_keys, rest, strict=True)],
+                )
+        except IntegrityError as exc:
+            raise sql.Conflict from exc

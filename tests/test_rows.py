@@ -1,0 +1,65 @@
+"""The row rules tell the caller what they drop, once the drop has committed."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.db import transaction
+
+from deadletter import codec, keys, queue
+from deadletter.messages import Message
+from deadletter.models import QueuedMessage
+from deadletter.queue import Dropped, DropReason
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+OLD = datetime.now(UTC) - timedelta(days=400)
+
+
+def test_drop_reasons_are_the_counters_reasons() -> None:
+    from deadletter.counters import DROP_REASONS
+
+    assert tuple(DropReason) == DROP_REASONS
+
+
+def test_a_scan_tells_on_drop_each_expired_message_and_corrupt_row() -> None:
+    expired_key = keys.new_key("q")
+    QueuedMessage.objects.create(
+        key=expired_key, value=codec.encode_one(Message(subject="old", queued_at=OLD))
+    )
+    corrupt_key = keys.new_key("q")
+    QueuedMessage.objects.create(key=corrupt_key, value=b"corrupted cbor data")
+    live = queue.store_failed_msgs("q", Message(subject="live"))
+    dropped: list[Dropped] = []
+    assert [q.key for q in queue.iter_failed_msgs("q", on_drop=dropped.append)] == [live]
+    assert [(d.key, d.reason) for d in dropped] == [
+        (expired_key, DropReason.EXPIRED),
+        (corrupt_key, DropReason.CORRUPT),
+    ]
+    assert dropped[0].msg is not None and dropped[0].msg.subject == "old"
+    assert dropped[1].msg is None
+
+
+def test_a_drop_rolled_back_with_its_claim_is_never_told() -> None:
+    key = keys.new_key("q")
+    QueuedMessage.objects.create(key=key, value=b"corrupted cbor data")
+    dropped: list[Dropped] = []
+    with pytest.raises(RuntimeError), transaction.atomic():
+        assert queue.fetch_msg(key, on_drop=dropped.append) is None
+        raise RuntimeError("the claim transaction fails")
+    assert dropped == []
+    assert QueuedMessage.objects.filter(key=key).exists()
+
+
+def test_a_drop_by_the_drain_counts_under_its_reason() -> None:
+    from django.db import connection
+
+    from deadletter.counters import drop_counts
+
+    key = queue.store_failed_msgs("q", Message(subject="refused"))
+    assert queue.drop_msg(key, None, DropReason.PERMANENT)
+    assert not queue.drop_msg(key, None, DropReason.PERMANENT)
+    assert drop_counts(connection, ["q"])["q"]["permanent"] == 1
+    with pytest.raises(ValueError):
+        queue.drop_msg(key, None, "lost")
