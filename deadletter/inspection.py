@@ -30,6 +30,7 @@ __all__ = [
     "causes_by_queue",
     "expired_keys",
     "get_row",
+    "is_too_large",
     "overview",
     "page_rows",
     "queue_names",
@@ -43,10 +44,13 @@ MAX_PAGE = 500
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Row:
-    """One stored row as it is: `messages` is None for a row that does not decode."""
+    """One stored row as it is: `messages` is None for a row that does not decode
+    and for one over `DEADLETTER_MAX_ROW_BYTES` (`too_large`), which is never decoded."""
 
     key: bytes
     messages: list[Message] | None
+    size: int = 0
+    too_large: bool = False
 
     @property
     def is_legacy(self) -> bool:
@@ -115,11 +119,20 @@ def summarize_all(*, now_ns: int | None = None) -> list[QueueSummary]:
     return [summarize(name, now_ns=now_ns) for name in queue_names()]
 
 
+def is_too_large(key: bytes, size: int) -> bool:
+    """Whether a row is over `DEADLETTER_MAX_ROW_BYTES`: a message row (legacy
+    aggregates are split a message at a time, whatever their size)."""
+    return keys.NUL in key and size > conf.MAX_ROW_BYTES
+
+
 def _row(key: bytes, value: bytes | memoryview | None) -> Row:
+    data = bytes(value or b"")
+    if is_too_large(key, len(data)):
+        return Row(key, None, len(data), too_large=True)
     try:
-        return Row(key, codec.decode(bytes(value or b"")))
+        return Row(key, codec.decode(data), len(data))
     except codec.CodecError:
-        return Row(key, None)
+        return Row(key, None, len(data))
 
 
 # --- the admin's queue overview --------------------------------------------------

@@ -368,6 +368,20 @@ def test_message_page_of_a_corrupt_row_says_so(admin_client) -> None:
     assert "corrupt row" in page.text
 
 
+def test_a_row_over_the_size_limit_is_listed_shown_as_too_large_and_deletes(
+    admin_client, settings
+) -> None:
+    key = store_failed_msgs("q", Message(subject="big", fields=["x" * 5000]))
+    settings.DEADLETTER_MAX_ROW_BYTES = 1000
+    listing = open_page(admin_client, CHANGELIST)
+    page = open_page(admin_client, message_link(listing, key))
+    assert "too large to show" in page.text and "DEADLETTER_MAX_ROW_BYTES" in page.text
+    assert "x" * 100 not in page.text  # never decoded
+    confirm = open_page(admin_client, page.link("Delete"))
+    confirm.submit(admin_client, confirm.form_with("post"))
+    assert not QueuedMessage.objects.filter(key=key).exists()
+
+
 def test_a_key_that_is_not_hex_is_not_found(admin_client) -> None:
     page = open_page(admin_client, f"{CHANGELIST}zz-not-hex/change/")
     assert "doesn’t exist" in page.text or "doesn't exist" in page.text
@@ -485,6 +499,20 @@ def test_overview_is_linked_from_the_app_index_and_shows_each_queue(admin_client
     assert page.url == OVERVIEW
     assert "telegram-queue" in page.text and "discord-queue" in page.text
     assert "4\xa0weeks" in page.text  # the age of the oldest first failure
+
+
+@pytest.mark.django_db(transaction=True)
+def test_overview_shows_what_each_queue_dropped_so_far(admin_client) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    store_failed_msgs(
+        "q", Message(subject="expired", queued_at=datetime.now(UTC) - timedelta(days=31))
+    )
+    store_failed_msgs("q", Message(subject="live"))
+    fetch_failed_msgs("q")  # the age limit drops the expired one, and counts it
+    page = open_page(admin_client, OVERVIEW)
+    assert "dropped so far" in page.text
+    assert "expired 1" in page.text
 
 
 @pytest.mark.django_db(transaction=True)

@@ -138,6 +138,17 @@ def test_listing_writes_nothing_and_shows_a_corrupt_row(api) -> None:
     assert api.get(url("q")).json()["results"][0]["key"] == row["key"]
 
 
+def test_a_row_over_the_size_limit_is_shown_as_too_large_without_decoding(api, settings) -> None:
+    key = park("q", "big")
+    settings.DEADLETTER_MAX_ROW_BYTES = 10
+    body = api.get(f"{API}/messages/{keys.to_text(key)}/").json()
+    assert (body["too_large"], body["corrupt"], body["messages"]) == (True, False, [])
+    assert body["size"] > 10
+    listed = api.get(url("q")).json()["results"][0]
+    assert listed["too_large"] is True
+    assert api.delete(f"{API}/messages/{keys.to_text(key)}/").status_code == 204
+
+
 def test_message_detail_by_hex_key(api) -> None:
     key = park("q", "detail")
     body = api.get(f"{API}/messages/{keys.to_text(key)}/").json()

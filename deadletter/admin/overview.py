@@ -21,7 +21,7 @@ from django.shortcuts import redirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
 
-from deadletter import drain, inspection, keys, queue
+from deadletter import counters, drain, inspection, keys, queue, sql
 from deadletter.admin import rows
 from deadletter.conf import conf
 
@@ -77,11 +77,15 @@ def overview_page(model_admin: QueuedMessageAdmin, request: HttpRequest) -> Http
     now = rows.now()
     horizon = conf.EXPIRY_WARNING or DEFAULT_HORIZON
     queues = inspection.overview(now=now, horizon=horizon)
+    dropped = counters.drop_counts(sql.connection(), [q.name for q in queues])
     listed = [
         {
             "q": q,
             "age": rows.age(q.oldest_enqueued, now),
             "failure_age": rows.age(q.oldest_failure, now),
+            "dropped": [
+                (reason.replace("_", " "), n) for reason, n in dropped.get(q.name, {}).items() if n
+            ],
         }
         for q in queues
     ]

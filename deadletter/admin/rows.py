@@ -7,6 +7,7 @@ the age limit to say how long a message has left.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -16,7 +17,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.timesince import timesince
 
-from deadletter import codec, keys
+from deadletter import codec, inspection, keys
 from deadletter.conf import conf
 from deadletter.drain import ATTEMPTS_KEY, LAST_ERROR_KEY
 from deadletter.gotime import GoOnlyTime
@@ -28,12 +29,14 @@ ERROR_SHOWN = 80
 
 
 def messages_of(obj: QueuedMessage) -> list[Message] | None:
-    """The row's messages, decoded once per request; None for a row that does not decode."""
+    """The row's messages, decoded once per request; None for a row that does not
+    decode or is too large to decode (`inspection.is_too_large`)."""
     if not hasattr(obj, "_decoded"):
-        try:
-            decoded: list[Message] | None = codec.decode(bytes(obj.value or b""))
-        except codec.CodecError:
-            decoded = None
+        value = bytes(obj.value or b"")
+        decoded: list[Message] | None = None
+        if not inspection.is_too_large(bytes(obj.key), len(value)):
+            with contextlib.suppress(codec.CodecError):
+                decoded = codec.decode(value)
         obj._decoded = decoded  # type: ignore[attr-defined]
     return obj._decoded  # type: ignore[attr-defined]
 
@@ -205,6 +208,15 @@ def message_rows(msg: Message) -> Iterable[tuple[str, Any]]:
 
 def messages_html(obj: QueuedMessage) -> SafeString:
     msgs = messages_of(obj)
+    size = len(obj.value or b"")
+    if msgs is None and inspection.is_too_large(bytes(obj.key), size):
+        return format_html(
+            '<p class="errornote">too large to show: {} bytes, over DEADLETTER_MAX_ROW_BYTES '
+            "({}). Fetch and the drain leave it undecoded; delete it here, or raise the "
+            "setting to hand it over.</p>",
+            f"{size:,}",
+            f"{conf.MAX_ROW_BYTES:,}",
+        )
     if msgs is None:
         return mark_safe(  # noqa: S308  (constant text)
             '<p class="errornote">corrupt row: its value does not decode as the Go '

@@ -144,13 +144,18 @@ class ParkedSerializer(serializers.Serializer):
 
 class RowSerializer(serializers.Serializer):
     """One stored row: `messages` is empty and `corrupt` true for a row that does
-    not decode; a legacy aggregate row (`legacy`) holds a whole queue."""
+    not decode, `too_large` for one over `DEADLETTER_MAX_ROW_BYTES` (never
+    decoded); a legacy aggregate row (`legacy`) holds a whole queue."""
 
     key = KeyField()
     queue = serializers.SerializerMethodField()
     enqueued_at = serializers.SerializerMethodField()
     legacy = serializers.BooleanField(source="is_legacy")
     corrupt = serializers.SerializerMethodField()
+    too_large = serializers.BooleanField(
+        help_text="Over DEADLETTER_MAX_ROW_BYTES: never decoded, `messages` is empty."
+    )
+    size = serializers.IntegerField(help_text="The stored value's size in bytes.")
     messages = serializers.SerializerMethodField()
 
     def get_queue(self, row: Row) -> str:
@@ -164,7 +169,7 @@ class RowSerializer(serializers.Serializer):
             return None
 
     def get_corrupt(self, row: Row) -> bool:
-        return row.messages is None
+        return row.messages is None and not row.too_large
 
     @extend_schema_field(MessageSerializer(many=True))
     def get_messages(self, row: Row) -> list[Any]:
