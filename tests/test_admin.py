@@ -8,14 +8,20 @@ from html.parser import HTMLParser
 from typing import Any
 from urllib.parse import urljoin
 
+import cbor2
+import hypothesis
 import pytest
 from django.contrib.admin.models import DELETION, LogEntry
+from django.contrib.auth.models import User
+from django.test import Client
 from django.urls import reverse
 
 from deadletter import keys, signals
 from deadletter.messages import Message
 from deadletter.models import QueuedMessage
 from deadletter.queue import fetch_failed_msgs, store_failed_msgs
+from tests.test_api_jsonvalues import scalars as jsonvalues_scalars
+from tests.test_api_jsonvalues import values as jsonvalues_strategy
 
 pytestmark = pytest.mark.django_db
 
@@ -576,3 +582,28 @@ def test_drain_and_purge_are_refused_without_the_permission(client, django_user_
         assert client.get(url).status_code == 403
         assert client.post(url, {"limit": "1"}).status_code == 403
     assert len(fetch_failed_msgs("q")) == 1
+
+
+@pytest.mark.django_db(transaction=True)
+@hypothesis.settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[
+        hypothesis.HealthCheck.function_scoped_fixture,
+        hypothesis.HealthCheck.too_slow,
+    ],
+)
+@hypothesis.given(value=jsonvalues_strategy(jsonvalues_scalars))
+def test_any_stored_value_renders_in_the_list_and_on_the_message_page(value: Any) -> None:
+    """A row as another writer may have stored it: any CBOR in an unknown key."""
+    client = Client()
+    user, _ = User.objects.get_or_create(username="root", is_superuser=True, is_staff=True)
+    client.force_login(user)
+    key = keys.new_key("values")
+    QueuedMessage.objects.create(key=key, value=cbor2.dumps([{"Subject": "s", "Value": value}]))
+    try:
+        listing = open_page(client, CHANGELIST)
+        page = open_page(client, message_link(listing, key))
+        assert "Value (unknown key)" in page.text or "corrupt row" in page.text
+    finally:
+        QueuedMessage.objects.filter(key=key).delete()
