@@ -148,9 +148,11 @@ class Parked:
 def parking_continuously(queue: str = "parked") -> Iterator[Parked]:
     """Park a message every few ms from another thread (its own connection) meanwhile.
 
-    The parker waits at most 0.3 s for a lock (SQLite's busy timeout, PostgreSQL's
+    The parker waits at most 1 s for a lock (SQLite's busy timeout, PostgreSQL's
     lock_timeout), not the 30 s of the settings: a job that held the write lock
-    for longer would make a store fail here (the old single transaction did).
+    for longer would make a store fail here (the old single transaction, held for
+    the seconds the whole job takes, did), while one batch (tens of ms) leaves
+    room for a loaded machine.
     """
     parked = Parked()
     stop = threading.Event()
@@ -160,9 +162,9 @@ def parking_continuously(queue: str = "parked") -> Iterator[Parked]:
         try:
             with own.cursor() as cursor:
                 if own.vendor == "sqlite":
-                    cursor.execute("PRAGMA busy_timeout = 300")
+                    cursor.execute("PRAGMA busy_timeout = 1000")
                 else:
-                    cursor.execute("SET lock_timeout = '300ms'")
+                    cursor.execute("SET lock_timeout = '1s'")
             while not stop.is_set() or parked.stored < 3:
                 try:
                     store_failed_msgs(queue, Message(subject=f"parked {parked.stored}"))
