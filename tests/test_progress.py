@@ -58,19 +58,35 @@ def test_the_option_is_no_progress() -> None:
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("flag", [[], ["--no-progress"]])
-def test_a_command_on_a_real_terminal(subprocess_env: dict[str, str], tmp_path, flag) -> None:
+@pytest.mark.parametrize("command", ["dump", "export", "import"])
+def test_a_command_on_a_real_terminal(
+    subprocess_env: dict[str, str], tmp_path, flag, command: str
+) -> None:
+    from django.core.management import call_command
+
     from deadletter.messages import Message
     from deadletter.queue import store_failed_msgs
 
     for i in range(3):
         store_failed_msgs("mail", Message(subject=str(i)))
-    target = tmp_path / "d.ndjson"
+    kv_file = tmp_path / "go.sqlite3"
+    if command == "import":
+        call_command("deadletter_export_kv", str(kv_file), stdout=io.StringIO())
+    args, done, bar = {
+        "dump": (
+            ["deadletter_dump", "-o", str(tmp_path / "d.ndjson")],
+            b"Dumped 3 row(s)",
+            b"dumping",
+        ),
+        "export": (["deadletter_export_kv", str(kv_file)], b"written", b"exporting"),
+        "import": (["deadletter_import_kv", str(kv_file)], b"present", b"importing"),
+    }[command]
     main, child = pty.openpty()
     proc = subprocess.run(
-        [sys.executable, str(REPO / "manage.py"), "deadletter_dump", "-o", str(target), *flag],
+        [sys.executable, str(REPO / "manage.py"), *args, *flag],
         env=subprocess_env,
         stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
+        stdout=child,
         stderr=child,
         timeout=120,
         check=True,
@@ -87,5 +103,5 @@ def test_a_command_on_a_real_terminal(subprocess_env: dict[str, str], tmp_path, 
         seen += chunk
     os.close(main)
     assert proc.returncode == 0
-    assert b"Dumped 3 row(s)" in seen
-    assert (b"dumping" in seen and b"3/3" in seen) is (flag == [])
+    assert done in seen
+    assert (bar in seen and b"3/3" in seen) is (flag == [])

@@ -9,7 +9,7 @@ import os
 import secrets
 import sqlite3
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from django.db import connections
@@ -185,6 +185,7 @@ def export_kv(
     queues: Sequence[str] | None = None,
     using: str | None = None,
     force: bool = False,
+    on_rows: Callable[[int], None] | None = None,
 ) -> Report:
     """Write the queues (all, or those named) into the kv file `path` for the Go program.
 
@@ -231,7 +232,7 @@ def export_kv(
                 lambda name: _table_first_message_ns(connection, table, name),
                 now_ns,
             )
-            move(rows, sink, counts, dry_run=False)
+            move(rows, sink, counts, dry_run=False, on_rows=on_rows)
             logger.info(
                 "exported queue=%s path=%s written=%s present=%s corrupt=%s",
                 counts.queue,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from django.db import connections
@@ -56,6 +56,7 @@ def import_kv(
     queues: Sequence[str] | None = None,
     dry_run: bool = False,
     using: str | None = None,
+    on_rows: Callable[[int], None] | None = None,
 ) -> Report:
     """Copy the queue rows of the kv file `path` into the queue table.
 
@@ -101,7 +102,7 @@ def import_kv(
                     lambda name: kv_first_message_ns(source, name),
                     now_ns,
                 )
-                move(rows, sink, counts, dry_run)
+                move(rows, sink, counts, dry_run, on_rows)
                 logger.info(
                     "imported queue=%s path=%s dry_run=%s written=%s present=%s corrupt=%s",
                     counts.queue,

@@ -16,6 +16,7 @@ from deadletter.kvcheck import (
     KvFileError,
     check_kv_table,
     check_sqlite_file,
+    watch_queries,
 )
 
 logger = logging.getLogger("deadletter")
@@ -94,6 +95,20 @@ def open_kv(path: Path | str) -> sqlite3.Connection:
         conn.close()
         raise
     return conn
+
+
+def count_kv_rows(path: Path | str) -> int:
+    """How many queue rows (not de-duplication marks) the kv file holds: an
+    import's progress bar total, read under the same checks as the import."""
+    conn = open_kv(path)
+    try:
+        with watch_queries(conn, Path(path)):
+            query = "SELECT COUNT(*) FROM kv WHERE expires_at IS NULL"
+            return int(conn.execute(query).fetchone()[0])
+    except sqlite3.DatabaseError as exc:
+        raise KvFileError(f"{path}: cannot read: {exc}") from exc
+    finally:
+        conn.close()
 
 
 def kv_rows(conn: sqlite3.Connection, low: bytes, high: bytes, page: int = 100) -> Iterator[Row]:
@@ -270,9 +285,14 @@ class Sink:
 
 
 def move(
-    rows: Iterator[tuple[bytes, bytes, int]], sink: Sink, counts: QueueCounts, dry_run: bool
+    rows: Iterator[tuple[bytes, bytes, int]],
+    sink: Sink,
+    counts: QueueCounts,
+    dry_run: bool,
+    on_rows: Callable[[int], None] | None = None,
 ) -> None:
-    """Write the rows the sink lacks, in batches; a row it holds counts as present, untouched."""
+    """Write the rows the sink lacks, in batches; a row it holds counts as present,
+    untouched. `on_rows(n)` hears of every batch moved (a command's progress bar)."""
     while batch := list(itertools.islice(rows, BATCH)):
         held = sink.existing([key for key, _, _ in batch])
         new: list[Row] = []
@@ -284,6 +304,8 @@ def move(
                 new.append((key, value))
         if new and not dry_run:
             sink.insert(new)
+        if on_rows is not None:
+            on_rows(len(batch))
 
 
 def resolve_queues(

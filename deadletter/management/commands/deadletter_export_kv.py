@@ -9,7 +9,10 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from deadletter import kvfile
+from deadletter.conf import conf
 from deadletter.management.arguments import add_queue_argument
+from deadletter.models import QueuedMessage
+from deadletter.progress import add_progress_argument, is_terminal, progress_bar
 
 
 class Command(BaseCommand):
@@ -30,12 +33,25 @@ class Command(BaseCommand):
             action="store_true",
             help="write into an SQLite file that also holds tables of another application",
         )
+        add_progress_argument(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
+        shown = options["progress"] and is_terminal(self.stderr)
+        total = None
+        if shown:
+            rows = QueuedMessage.objects.using(conf.DATABASE)
+            names = options["queues"]
+            total = sum(rows.count_rows(n) for n in names) if names else rows.count()
         try:
-            report = kvfile.export_kv(
-                options["path"], queues=options["queues"], force=options["force"]
-            )
+            with progress_bar(
+                self.stderr, total=total, desc="exporting", unit="row", enabled=shown
+            ) as update:
+                report = kvfile.export_kv(
+                    options["path"],
+                    queues=options["queues"],
+                    force=options["force"],
+                    on_rows=update,
+                )
         except kvfile.KvFileError as exc:
             raise CommandError(str(exc)) from exc
         self.stdout.write(kvfile.format_report(report))

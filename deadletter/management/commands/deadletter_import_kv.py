@@ -10,6 +10,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from deadletter import kvfile
 from deadletter.management.arguments import add_queue_argument
+from deadletter.progress import add_progress_argument, is_terminal, progress_bar
 
 
 class Command(BaseCommand):
@@ -26,12 +27,21 @@ class Command(BaseCommand):
         parser.add_argument(
             "--dry-run", action="store_true", help="report what would be imported, write nothing"
         )
+        add_progress_argument(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
+        shown = options["progress"] and is_terminal(self.stderr)
         try:
-            report = kvfile.import_kv(
-                options["path"], queues=options["queues"], dry_run=options["dry_run"]
-            )
+            total = kvfile.count_kv_rows(options["path"]) if shown else None
+            with progress_bar(
+                self.stderr, total=total, desc="importing", unit="row", enabled=shown
+            ) as update:
+                report = kvfile.import_kv(
+                    options["path"],
+                    queues=options["queues"],
+                    dry_run=options["dry_run"],
+                    on_rows=update,
+                )
         except kvfile.KvFileError as exc:
             raise CommandError(str(exc)) from exc
         self.stdout.write(kvfile.format_report(report))
