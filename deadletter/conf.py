@@ -30,10 +30,13 @@ _DEFAULTS: dict[str, Any] = {
 }
 _cache: dict[str, Any] = {}
 _cached_from: list[Any] = [None]
+# The lazy settings object's own attribute dict: `_wrapped` is swapped in it by
+# every override, and a plain dict look-up costs less than the lazy object's.
+_lazy_settings: dict[str, Any] = settings.__dict__
 
 
 def _read(name: str) -> Any:
-    source = settings.__dict__["_wrapped"]
+    source = _lazy_settings["_wrapped"]
     if source is not _cached_from[0]:
         _cache.clear()
         _cached_from[0] = source

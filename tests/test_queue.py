@@ -628,3 +628,9 @@ def test_the_queue_lives_wholly_on_deadletter_database(settings) -> None:
     assert Drainer(["q"]).run().delivered == 2
     assert fetch_failed_msgs("q") == []
     assert not QueuedMessage.objects.using(ELSEWHERE).exists()
+
+
+def test_a_limited_fetch_meeting_a_legacy_row_splits_it_and_gives_the_oldest(clock) -> None:
+    put_row(b"q", [msg("a"), msg("b"), msg("c")])
+    assert subjects(fetch_failed_msgs("q", limit=2)) == ["a", "b"]
+    assert len(row_keys()) == 3

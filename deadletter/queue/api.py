@@ -11,7 +11,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import enum
+import functools
 import logging
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -164,7 +166,43 @@ def fetch_failed_msgs(queue: str, limit: int | None = None) -> list[Queued]:
     Never raises for database or data problems: it logs and returns what it
     could read. With `limit`, one page query of `limit` rows reads them.
     """
+    if limit is not None and type(limit) is int and 0 < limit <= PEEK_MAX:
+        return _peek(queue, limit)
     return list(iter_failed_msgs(queue, limit=limit))
+
+
+PEEK_MAX = 1000
+
+
+def _peek(queue: str, limit: int) -> list[Queued]:
+    """The oldest `limit` messages when their rows are all the common kind (one
+    live, stamped message each): one page read, no per-call work beyond it.
+    Any other row hands the whole read to `iter_failed_msgs`, which applies the
+    rules to it; what is handed out is the same either way."""
+    low, high = keys.queue_bounds(queue)
+    connection = sql.connection()
+    try:
+        rows = sql.read(connection, page_sql(connection, True, limit), (low, high))
+    except DatabaseError:
+        logger.exception("fetch failed queue=%s", queue)
+        return []
+    cutoff = time.time_ns() - age.max_age_ns()
+    max_row_bytes = conf.MAX_ROW_BYTES
+    decode_single, new_queued, separator = codec.decode_single, tuple.__new__, keys.NUL
+    found: list[Queued] = []
+    for key, value in rows:
+        if separator in key and len(value) <= max_row_bytes:
+            try:
+                msg = decode_single(value)
+            except codec.CodecError:
+                msg = None
+            if msg is not None:
+                stamped = msg.queued_at
+                if stamped is not None and stamped.unix_ns >= cutoff:
+                    found.append(new_queued(Queued, (key, msg)))
+                    continue
+        return list(iter_failed_msgs(queue, limit=limit))
+    return found
 
 
 def iter_failed_msgs(
@@ -250,6 +288,7 @@ def iter_failed_msgs(
         logger.exception("fetch failed queue=%s", queue)
 
 
+@functools.lru_cache(maxsize=256)
 def page_sql(connection: BaseDatabaseWrapper, inclusive: bool, batch_size: int) -> str:
     """The scan's one query: a page of a queue's key range, in key order, from a key on.
 
