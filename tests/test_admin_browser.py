@@ -110,6 +110,9 @@ def open_changelist(page: Page) -> None:
 
 
 def subjects_listed(page: Page) -> list[str]:
+    """The subjects the list shows, once the page a click led to has loaded (the
+    URL changes when the navigation starts, before the new list is there)."""
+    page.wait_for_load_state("load")
     return page.locator("#result_list td.field-subject").all_inner_texts()
 
 
