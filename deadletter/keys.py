@@ -175,9 +175,15 @@ def to_text(key: bytes) -> str:
     return bytes(key).hex()
 
 
+# The longest key `from_text` reads: far past any key this app writes (a name of
+# `MAX_QUEUE_NAME_BYTES` and 17 bytes), so a row another writer left under a
+# longer key can still be opened and deleted, while a URL stays bounded.
+MAX_ADDRESSABLE_KEY_BYTES = 4096
+
+
 def from_text(text: str) -> bytes:
     """Parse `to_text`; a `ValueError` for anything that is not a key's hex."""
-    if not text or len(text) % 2 or len(text) > 2 * (MAX_QUEUE_NAME_BYTES + 17):
+    if not text or len(text) % 2 or len(text) > 2 * MAX_ADDRESSABLE_KEY_BYTES:
         raise ValueError(f"not a key: {text[:80]!r}")
     try:
         return bytes.fromhex(text)

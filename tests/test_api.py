@@ -162,7 +162,7 @@ def test_unknown_key_is_404(api) -> None:
     assert api.get(f"{API}/messages/{keys.new_key('q').hex()}/").status_code == 404
 
 
-@pytest.mark.parametrize("bad", ["abc", "zz", "ABCD", "0" * 600])
+@pytest.mark.parametrize("bad", ["abc", "zz", "ABCD", "00" * (keys.MAX_ADDRESSABLE_KEY_BYTES + 1)])
 def test_malformed_key_is_400_naming_the_key(api, bad: str) -> None:
     response = api.get(f"{API}/messages/{bad}/")
     assert response.status_code == 400
@@ -422,3 +422,27 @@ def test_drain_is_409_while_another_drain_holds_the_queue(api) -> None:
     assert response.status_code == 409
     assert "being drained" in response.json()["detail"]
     assert subjects("drained") == ["m"]
+
+
+def test_rows_with_odd_keys_and_values_read_and_delete_without_a_server_error(api) -> None:
+    odd = {
+        b"q\x00" + b"\x01" * 400: b"\xa0",  # longer than any key the app writes
+        b"q": b"\x80",  # no separator: an older release's aggregate row
+        b"\xff\xfe\x00" + b"\x02" * 16: b"corrupted cbor data",  # name not UTF-8, value corrupt
+        keys.new_key("q"): b"",
+        keys.new_key("q"): b"\xd9\xd9\xf7" * 1000 + b"\x81\xa0",  # tags before a message
+    }
+    with connection.cursor() as cursor:
+        for key, value in odd.items():
+            cursor.execute(
+                "INSERT INTO deadletter_queuedmessage (key, value) VALUES (%s, %s)", (key, value)
+            )
+    assert api.get(f"{API}/queues/").status_code == 200
+    assert api.get(url("q")).status_code == 200
+    for key in odd:
+        detail = f"{API}/messages/{keys.to_text(key)}/"
+        assert api.get(detail).status_code == 200, key
+        assert api.delete(detail).status_code == 204, key
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT COUNT(*) FROM deadletter_queuedmessage")
+        assert cursor.fetchone()[0] == 0

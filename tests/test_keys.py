@@ -117,3 +117,10 @@ def test_a_forked_child_does_not_continue_its_parents_counter() -> None:
     parent_next = keys.parse_key(keys.new_key("q")).seq
     assert parent_next == before + 2**16
     assert child_seq != parent_next  # a fresh random start, not the parent's next seq
+
+
+def test_text_of_a_key_longer_than_any_the_app_writes_still_reads() -> None:
+    odd = b"q\x00" + b"\x01" * 400
+    assert keys.from_text(keys.to_text(odd)) == odd
+    with pytest.raises(ValueError):
+        keys.from_text("00" * (keys.MAX_ADDRESSABLE_KEY_BYTES + 1))

@@ -106,7 +106,7 @@ class ExtraField(serializers.Field):
         return {str(k): jsonvalues.to_json(v) for k, v in value.items()}
 
 
-KEY_PATTERN = "^(?:[0-9a-f]{2}){1,272}$"
+KEY_PATTERN = f"^(?:[0-9a-f]{{2}}){{1,{keys.MAX_ADDRESSABLE_KEY_BYTES}}}$"
 
 
 @extend_schema_field({"type": "string", "pattern": KEY_PATTERN})
