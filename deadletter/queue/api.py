@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import enum
-import functools
 import logging
 import time
 from collections.abc import Iterator
@@ -288,7 +287,6 @@ def iter_failed_msgs(
         logger.exception("fetch failed queue=%s", queue)
 
 
-@functools.lru_cache(maxsize=256)
 def page_sql(connection: BaseDatabaseWrapper, inclusive: bool, batch_size: int) -> str:
     """The scan's one query: a page of a queue's key range, in key order, from a key on.
 
