@@ -149,14 +149,8 @@ def codec_mode(python: bool) -> Iterator[None]:
     """With `python`, the codec's C speed-up switched off for the block."""
     from deadletter import codec
 
-    saved = codec._go_message, codec._go_encode
-    if python:
-        codec._go_message = None
-        codec._go_encode = None
-    try:
+    with codec.python_only() if python else contextlib.nullcontext():
         yield
-    finally:
-        codec._go_message, codec._go_encode = saved
 
 
 def interleaved(variants: dict[str, Callable[[int], float]], rounds: int) -> dict[str, float]:
@@ -211,7 +205,7 @@ def main() -> None:
     from deadletter import queue as dlqueue
     from deadletter.queue import dequeue, iter_failed_msgs, store_failed_msgs
 
-    if codec._go_message is None or codec._go_encode is None:
+    if not codec.speedups_built():
         sys.exit("the C speed-up is not built: run ./dev (or pip install -e .) first")
     msgs = messages()
     values = {shape: codec.encode_one(msg) for shape, msg in msgs.items()}
@@ -621,10 +615,7 @@ def scan_child(vendor: str, target: str, mode: str) -> None:
         from deadletter import codec
         from deadletter.queue import iter_failed_msgs
 
-        if side == "py":
-            codec._go_message = None
-            codec._go_encode = None
-        elif codec._go_message is None:
+        if side == "app" and not codec.speedups_built():
             sys.exit("the C speed-up is not built: run ./dev (or pip install -e .) first")
     else:
         import cbor2
@@ -646,8 +637,9 @@ def scan_child(vendor: str, target: str, mode: str) -> None:
     start = time.perf_counter()
     count = 0
     if side in ("app", "py"):
-        for _ in iter_failed_msgs(queue):
-            count += 1
+        with codec_mode(side == "py"):
+            for _ in iter_failed_msgs(queue):
+                count += 1
     else:
         low, high = keys.queue_bounds(queue)
         after, inclusive = low, True

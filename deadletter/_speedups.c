@@ -439,6 +439,306 @@ done:
     return message;
 }
 
+/* --- reading row bytes ------------------------------------------------- */
+
+/* A walk over one row value. `bail` says "not a shape read here": the Python
+ * code (cbor2 and then go_message or the general reading) takes the value. */
+typedef struct {
+    const unsigned char *at;
+    const unsigned char *end;
+    int bail;
+} Reader;
+
+/* One item head: major type, additional info and argument. Indefinite
+ * lengths, reserved values and truncation bail. */
+static int
+read_head(Reader *reader, int *major, int *info, uint64_t *argument)
+{
+    int width = 0, byte;
+    uint64_t value = 0;
+
+    if (reader->at >= reader->end) {
+        reader->bail = 1;
+        return 0;
+    }
+    *major = *reader->at >> 5;
+    *info = *reader->at & 0x1f;
+    reader->at++;
+    if (*info < 24) {
+        *argument = (uint64_t)*info;
+        return 1;
+    }
+    switch (*info) {
+    case 24: width = 1; break;
+    case 25: width = 2; break;
+    case 26: width = 4; break;
+    case 27: width = 8; break;
+    default:
+        reader->bail = 1;
+        return 0;
+    }
+    if (reader->end - reader->at < width) {
+        reader->bail = 1;
+        return 0;
+    }
+    for (byte = 0; byte < width; byte++) {
+        value = (value << 8) | reader->at[byte];
+    }
+    reader->at += width;
+    *argument = value;
+    return 1;
+}
+
+/* `length` bytes of a string's content, or NULL (bail) when fewer are left. */
+static const char *
+take(Reader *reader, uint64_t length)
+{
+    const unsigned char *start = reader->at;
+
+    if ((uint64_t)(reader->end - reader->at) < length) {
+        reader->bail = 1;
+        return NULL;
+    }
+    reader->at += length;
+    return (const char *)start;
+}
+
+/* A UTF-8 text of `length` bytes; text that is not UTF-8 bails (cbor2 then refuses it). */
+static PyObject *
+read_text(Reader *reader, uint64_t length)
+{
+    const char *data = take(reader, length);
+    PyObject *text;
+
+    if (data == NULL) {
+        return NULL;
+    }
+    text = PyUnicode_DecodeUTF8(data, (Py_ssize_t)length, NULL);
+    if (text == NULL && PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
+        PyErr_Clear();
+        reader->bail = 1;
+    }
+    return text;
+}
+
+/* The float of a half, single or double's bits, as cbor2 reads it. */
+static PyObject *
+read_float(int info, uint64_t bits)
+{
+    unsigned char bytes[8];
+    int width = info == 25 ? 2 : info == 26 ? 4 : 8, byte;
+    double value;
+
+    for (byte = 0; byte < width; byte++) {
+        bytes[width - 1 - byte] = (unsigned char)(bits >> (8 * byte));
+    }
+    value = width == 2 ? PyFloat_Unpack2((const char *)bytes, 0)
+            : width == 4 ? PyFloat_Unpack4((const char *)bytes, 0)
+                         : PyFloat_Unpack8((const char *)bytes, 0);
+    if (value == -1.0 && PyErr_Occurred()) {
+        return NULL;
+    }
+    return PyFloat_FromDouble(value);
+}
+
+static PyObject *read_plain(Reader *reader, int depth);
+static PyObject *read_key(Reader *reader, Py_ssize_t index);
+
+/* A map's entries into `map`, no key twice (a repeated key bails: cbor2 keeps
+ * the last one, in the first one's place). A message's own map (`top`) has
+ * Go's names first, then text keys; a nested map text and byte string keys
+ * (cbor2's strict_hashable_types refuses others). */
+static int
+read_entries(Reader *reader, PyObject *map, uint64_t count, int depth, int top)
+{
+    PyObject *key, *value;
+    Py_ssize_t before;
+    uint64_t i;
+    int stored;
+
+    for (i = 0; i < count; i++) {
+        key = top ? read_key(reader, (Py_ssize_t)i) : read_plain(reader, depth);
+        if (key == NULL) {
+            return -1;
+        }
+        if (!PyUnicode_CheckExact(key) && !PyBytes_CheckExact(key)) {
+            Py_DECREF(key);
+            reader->bail = 1;
+            return -1;
+        }
+        value = read_plain(reader, depth);
+        if (value == NULL) {
+            Py_DECREF(key);
+            return -1;
+        }
+        before = PyDict_GET_SIZE(map);
+        stored = PyDict_SetItem(map, key, value);
+        Py_DECREF(key);
+        Py_DECREF(value);
+        if (stored < 0) {
+            return -1;
+        }
+        if (PyDict_GET_SIZE(map) == before) {
+            reader->bail = 1;
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* One plain value, as cbor2 decodes it: the values go_encode writes (text
+ * and byte string map keys only), plus half and single floats. Tags, simple values
+ * other than false, true and null, indefinite lengths and nesting past
+ * MAX_PLAIN_DEPTH bail. */
+static PyObject *
+read_plain(Reader *reader, int depth)
+{
+    int major, info;
+    uint64_t argument, i;
+    const char *data;
+    PyObject *list, *map, *item;
+
+    if (!read_head(reader, &major, &info, &argument)) {
+        return NULL;
+    }
+    switch (major) {
+    case 0:
+        return PyLong_FromUnsignedLongLong(argument);
+    case 1:
+        if (argument > (uint64_t)INT64_MAX) {
+            break;
+        }
+        return PyLong_FromLongLong(-1 - (long long)argument);
+    case 2:
+        data = take(reader, argument);
+        return data == NULL ? NULL : PyBytes_FromStringAndSize(data, (Py_ssize_t)argument);
+    case 3:
+        return read_text(reader, argument);
+    case 4:
+        if (depth >= MAX_PLAIN_DEPTH || argument > (uint64_t)(reader->end - reader->at)) {
+            break;
+        }
+        list = PyList_New((Py_ssize_t)argument);
+        if (list == NULL) {
+            return NULL;
+        }
+        for (i = 0; i < argument; i++) {
+            item = read_plain(reader, depth + 1);
+            if (item == NULL) {
+                Py_DECREF(list);
+                return NULL;
+            }
+            PyList_SET_ITEM(list, (Py_ssize_t)i, item);
+        }
+        return list;
+    case 5:
+        if (depth >= MAX_PLAIN_DEPTH || argument > (uint64_t)(reader->end - reader->at) / 2) {
+            break;
+        }
+        map = PyDict_New();
+        if (map != NULL && read_entries(reader, map, argument, depth + 1, 0) < 0) {
+            Py_CLEAR(map);
+        }
+        return map;
+    case 7:
+        if (info == 20) {
+            Py_RETURN_FALSE;
+        }
+        if (info == 21) {
+            Py_RETURN_TRUE;
+        }
+        if (info == 22) {
+            Py_RETURN_NONE;
+        }
+        if (info >= 25 && info <= 27) {
+            return read_float(info, argument);
+        }
+        break;
+    }
+    reader->bail = 1;
+    return NULL;
+}
+
+/* Go's field name `index` when the next item is exactly that text, so the
+ * map is keyed by the same str objects Python's reading would compare. */
+static PyObject *
+read_key(Reader *reader, Py_ssize_t index)
+{
+    int major, info;
+    uint64_t length;
+    PyObject *name;
+    const char *data;
+
+    if (index < FIELD_COUNT) {
+        name = PyTuple_GET_ITEM(go_keys, index);
+        if (read_head(reader, &major, &info, &length) && major == 3
+            && length == (uint64_t)PyUnicode_GET_LENGTH(name)) {
+            data = take(reader, length);
+            if (data != NULL && memcmp(data, PyUnicode_DATA(name), (size_t)length) == 0) {
+                return Py_NewRef(name);
+            }
+        }
+        reader->bail = 1;  /* not Go's order: go_message would say None */
+        return NULL;
+    }
+    if (!read_head(reader, &major, &info, &length)) {
+        return NULL;
+    }
+    if (major != 3) {
+        reader->bail = 1;
+        return NULL;
+    }
+    return read_text(reader, length);
+}
+
+PyDoc_STRVAR(go_decode_doc,
+"go_decode(value) -> Message | None\n\n"
+"go_message(cbor2.loads(value)[0]) read straight off a per-message row's bytes\n"
+"when they hold one message of Go's shape (unknown keys with plain values\n"
+"allowed); None for anything else, which the Python code then reads.");
+
+static PyObject *
+go_decode(PyObject *module, PyObject *value)
+{
+    Reader reader;
+    int major, info;
+    uint64_t count;
+    PyObject *item, *message;
+
+    if (!is_configured()) {
+        return NULL;
+    }
+    if (!PyBytes_CheckExact(value) || PyBytes_GET_SIZE(value) < 2
+        || (unsigned char)PyBytes_AS_STRING(value)[0] != 0x81) {
+        Py_RETURN_NONE;
+    }
+    reader.at = (const unsigned char *)PyBytes_AS_STRING(value) + 1;
+    reader.end = reader.at + PyBytes_GET_SIZE(value) - 1;
+    reader.bail = 0;
+    if (!read_head(&reader, &major, &info, &count) || major != 5 || count < FIELD_COUNT
+        || count > (uint64_t)(reader.end - reader.at) / 2) {
+        Py_RETURN_NONE;
+    }
+    item = PyDict_New();
+    if (item == NULL) {
+        return NULL;
+    }
+    if (read_entries(&reader, item, count, 1, 1) < 0) {
+        Py_DECREF(item);
+        if (reader.bail && !PyErr_Occurred()) {
+            Py_RETURN_NONE;
+        }
+        return NULL;
+    }
+    if (reader.at != reader.end) {
+        Py_DECREF(item);
+        Py_RETURN_NONE;  /* bytes after the message: the Python reading judges them */
+    }
+    message = go_message(module, item);
+    Py_DECREF(item);
+    return message;
+}
+
 /* --- writing ------------------------------------------------------------ */
 
 /* Counts bytes while `out` is NULL, then writes them: one walk for both. */
@@ -872,6 +1172,7 @@ setup(PyObject *module, PyObject *args)
 }
 
 static PyMethodDef speedups_methods[] = {
+    {"go_decode", go_decode, METH_O, go_decode_doc},
     {"go_encode", go_encode, METH_O, go_encode_doc},
     {"go_message", go_message, METH_O, go_message_doc},
     {"read_go_time", read_go_time, METH_O, read_go_time_doc},

@@ -12,6 +12,7 @@ scan.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import io
 import math
@@ -129,6 +130,24 @@ _speedups = _load_speedups()
 # code then reads or writes (and refuses, when it is not a message).
 _go_message: Callable[[Any], Message | None] | None = _speedups and _speedups.go_message
 _go_encode: Callable[[Message], bytes | None] | None = _speedups and _speedups.go_encode
+_go_decode: Callable[[bytes], Message | None] | None = _speedups and _speedups.go_decode
+
+
+def speedups_built() -> bool:
+    return _speedups is not None
+
+
+@contextlib.contextmanager
+def python_only() -> Iterator[None]:
+    """The Python reading and writing alone for the block, for benchmarks that
+    print both figures; not thread-safe, never for serving code."""
+    global _go_message, _go_encode, _go_decode
+    saved = _go_message, _go_encode, _go_decode
+    _go_message = _go_encode = _go_decode = None
+    try:
+        yield
+    finally:
+        _go_message, _go_encode, _go_decode = saved
 
 
 def decode(value: bytes) -> list[Message]:
@@ -153,6 +172,10 @@ def decode(value: bytes) -> list[Message]:
 def decode_single(value: bytes) -> Message | None:
     """The message of a per-message row (an array of one), or None for any other
     shape, which `decode` then reads: the scan's fast path, one call a row."""
+    if _go_decode is not None:
+        msg = _go_decode(value)
+        if msg is not None:
+            return msg
     if type(value) is not bytes or len(value) < 2 or value[0] != 0x81:
         return None
     return _message_of(_load_items(value)[0], 0)

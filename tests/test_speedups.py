@@ -20,7 +20,7 @@ from typing import Any
 
 import cbor2
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from deadletter import codec
@@ -81,6 +81,7 @@ def expected_time(text: str) -> tuple[int, int] | None:
 
 def test_the_codec_uses_the_extension(speedups: ModuleType) -> None:
     assert codec._go_message is speedups.go_message
+    assert codec._go_decode is speedups.go_decode
 
 
 @pytest.mark.parametrize(
@@ -236,7 +237,9 @@ def test_reading_and_writing_leak_no_objects(speedups: ModuleType) -> None:
     msg = codec.decode(cbor2.dumps([item]))[0]
     odd = msg.replace(extra={"Attempts": 2, "Score": float("nan")})
     users = msg.replace(extra={"Endpoint": "https://x", "Ids": [1, -2, 3.5], "Raw": {b"k": None}})
-    users_item = cbor2.loads(codec.encode_one(users))[0]
+    users_row = codec.encode_one(users)
+    users_item = cbor2.loads(users_row)[0]
+    damaged = users_row[:-3] + b"\xf7" + users_row[-2:]
     references = sys.getrefcount(text), sys.getrefcount(item["Descriptions"])
     for _ in range(1000):
         speedups.go_message(item)
@@ -253,20 +256,20 @@ def test_reading_and_writing_leak_no_objects(speedups: ModuleType) -> None:
             speedups.go_encode(odd)
             speedups.go_encode(users)
             speedups.go_message(users_item)
+            speedups.go_decode(users_row)
+            speedups.go_decode(damaged)
         gc.collect()
         growth = tracemalloc.get_traced_memory()[0] - before
     finally:
         tracemalloc.stop()
-    assert growth < 20_000  # 140,000 calls: a leak of even one object per call is > 1 MB
+    assert growth < 20_000  # 180,000 calls: a leak of even one object per call is > 1 MB
     assert (sys.getrefcount(text), sys.getrefcount(item["Descriptions"])) == references
 
 
-def test_the_python_code_alone_reads_every_fixture_the_same(
-    speedups: ModuleType, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_the_python_code_alone_reads_every_fixture_the_same(speedups: ModuleType) -> None:
     with_c = [codec.decode(value) for value in FIXTURE_VALUES]
-    monkeypatch.setattr(codec, "_go_message", None)
-    assert [codec.decode(value) for value in FIXTURE_VALUES] == with_c
+    with codec.python_only():
+        assert [codec.decode(value) for value in FIXTURE_VALUES] == with_c
 
 
 @pytest.mark.parametrize(
@@ -451,8 +454,9 @@ def is_extra_key(key: Any) -> bool:
     return type(key) is str and _utf8(key) and codec._field_for(key) is None
 
 
-def is_plain(value: Any, depth: int = 0) -> bool:
-    """The values go_encode writes itself, as its comment lists them."""
+def is_plain(value: Any, depth: int = 0, keys: tuple[type, ...] | None = None) -> bool:
+    """The values go_encode writes itself, as its comment lists them (and with
+    `keys`, only maps keyed by those types, as cbor2 reads them back)."""
     if value is None or type(value) in (bool, bytes):
         return True
     if type(value) is int:
@@ -464,9 +468,14 @@ def is_plain(value: Any, depth: int = 0) -> bool:
     if depth >= 16:
         return False
     if type(value) is list:
-        return all(is_plain(item, depth + 1) for item in value)
+        return all(is_plain(item, depth + 1, keys) for item in value)
     if type(value) is dict:
-        return all(is_plain(k, depth + 1) and is_plain(v, depth + 1) for k, v in value.items())
+        return all(
+            (keys is None or type(k) in keys)
+            and is_plain(k, depth + 1, keys)
+            and is_plain(v, depth + 1, keys)
+            for k, v in value.items()
+        )
     return False
 
 
@@ -505,20 +514,29 @@ def test_a_users_message_reads_the_same_by_c_by_the_fast_python_path_and_by_the_
     assert by_python == outcome(lambda: codec._generic_message(fresh_copy(item), 0))
 
 
-def test_a_typical_users_message_is_read_and_written_by_c(speedups: ModuleType) -> None:
+def test_a_typical_users_message_is_written_and_read_back_by_c(speedups: ModuleType) -> None:
     msg = Message(
         timestamp=GoTime.parse("2026-11-29T15:47:12.123456789+01:00"),
         queued_at=GoTime.now(),
         subject="POST https://hooks.example.com/orders failed",
         code=EventCode.EXAM,
-        extra={"Endpoint": "https://hooks.example.com/orders", "OrderID": 81723, "Retry": True},
+        extra={
+            "Endpoint": "https://hooks.example.com/orders",
+            "OrderID": 81723,
+            "Retry": True,
+            "Body": b"\x00\x01",
+            "Tries": [1.5, None, {"at": -3, b"k": "x"}],
+        },
     )
     written = speedups.go_encode(msg)
     assert written is not None and written == written_by_python(msg)
     (item,) = cbor2.loads(written)
-    assert list(item)[8:] == ["Endpoint", "OrderID", "Retry"]
-    read = speedups.go_message(item)
-    assert read == msg and list(read.extra) == list(msg.extra)
+    assert list(item)[8:] == ["Endpoint", "OrderID", "Retry", "Body", "Tries"]
+    for read in (speedups.go_message(item), speedups.go_decode(written)):
+        assert read == msg and list(read.extra) == list(msg.extra)
+        assert type(read.timestamp) is GoTime
+        assert read.timestamp.format() == msg.timestamp.format()
+        assert read.code is EventCode.EXAM
 
 
 @settings(max_examples=1000, deadline=None)
@@ -535,3 +553,136 @@ def test_plain_values_in_any_key_order_are_written_by_c_as_cbor2_writes_them(
     if written is not None:
         assert written == written_by_python(msg)
         assert list(cbor2.loads(written)[0])[8:] == keys
+
+
+# --- reading a row's bytes straight off (go_decode) -----------------------------------------
+
+
+def read_off_bytes_by_c(speedups: ModuleType, value: bytes) -> str | None:
+    """What `go_decode` gives for `value`: None or an outcome, as text so that a
+    NaN compares equal to a NaN and 1 differs from 1.0 and True."""
+    msg = speedups.go_decode(value)
+    return None if msg is None else repr(outcome(lambda: msg))
+
+
+def python_reading_of(value: bytes) -> str:
+    """cbor2 and the Python reading of a per-message row, the C code switched off."""
+    with codec.python_only():
+        return repr(outcome(lambda: codec.decode(value)[0]))
+
+
+@pytest.mark.parametrize("value", FIXTURE_VALUES, ids=[fixture_id(e) for e in ALL_FIXTURES])
+def test_every_go_fixture_row_read_off_its_bytes_reads_as_python_reads_it(
+    speedups: ModuleType, value: bytes
+) -> None:
+    by_c = read_off_bytes_by_c(speedups, value)
+    assert by_c is None or by_c == python_reading_of(value)
+
+
+def test_go_written_rows_are_read_off_their_bytes_by_c(speedups: ModuleType) -> None:
+    per_message = [value for value in FIXTURE_VALUES if len(cbor2.loads(value) or []) == 1]
+    assert per_message
+    assert all(speedups.go_decode(value) is not None for value in per_message)
+    assert codec.decode_single.__module__ == "deadletter.codec"
+
+
+@settings(max_examples=2000, deadline=None)
+@given(message_values)
+def test_a_message_go_could_have_written_is_read_off_its_bytes_by_c_as_python_reads_it(
+    msg: Message,
+) -> None:
+    speedups = _import_speedups()
+    value = written_by_python(msg)
+    assume(type(value) is bytes)
+    by_c = read_off_bytes_by_c(speedups, value)
+    assert by_c is None or by_c == python_reading_of(value)
+    readable = (
+        all(
+            is_extra_key(key) and is_plain(value, keys=(str, bytes))
+            for key, value in msg.extra.items()
+        )
+        and -(2**63) <= msg.code < 2**63
+        and all(
+            t is None or (_formats(t) and expected_time(t.format()))
+            for t in (msg.timestamp, msg.queued_at)
+        )
+    )
+    if readable:
+        assert by_c is not None
+
+
+@settings(max_examples=2000, deadline=None)
+@given(
+    st.lists(field_values, min_size=8, max_size=8),
+    st.dictionaries(user_keys, plain_values, max_size=4),
+    st.booleans(),
+)
+def test_any_map_cbor2_writes_is_read_off_its_bytes_by_c_as_python_reads_it(
+    values: list[Any], own: dict[str, Any], shortest: bool
+) -> None:
+    item = {**dict(zip(FIELD_NAMES, values, strict=True)), **own}
+    value = cbor2.dumps([item], canonical=shortest)  # canonical: half and single floats
+    by_c = read_off_bytes_by_c(_import_speedups(), value)
+    assert by_c is None or by_c == python_reading_of(value)
+
+
+@settings(max_examples=3000, deadline=None)
+@given(message_values, st.data())
+def test_a_damaged_row_is_read_by_c_only_as_python_reads_it(msg: Message, data: Any) -> None:
+    """Bytes flipped, cut out or put in anywhere: the C reading never says
+    more than "exactly what Python reads" (a refusal included: it then says None)."""
+    written = written_by_python(msg)
+    assume(type(written) is bytes)
+    value = bytearray(written)
+    for _ in range(data.draw(st.integers(1, 3))):
+        at = data.draw(st.integers(0, len(value) - 1))
+        change = data.draw(st.sampled_from(["flip", "cut", "put"]))
+        if change == "flip":
+            value[at] ^= data.draw(st.integers(1, 255))
+        elif change == "cut" and len(value) > 2:
+            del value[at]
+        else:
+            value.insert(at, data.draw(st.integers(0, 255)))
+    by_c = read_off_bytes_by_c(_import_speedups(), bytes(value))
+    assert by_c is None or by_c == python_reading_of(bytes(value))
+
+
+@pytest.mark.parametrize(
+    "tail",
+    [
+        b"\x00",  # a byte after the message
+        b"",
+    ],
+)
+def test_bytes_after_the_message_are_left_to_the_python_reading(
+    speedups: ModuleType, tail: bytes
+) -> None:
+    value = written_by_python(Message(subject="s")) + tail
+    assert (speedups.go_decode(value) is None) == bool(tail)
+
+
+@pytest.mark.parametrize(
+    ("what", "extra"),
+    [
+        ("a repeated key", b"\x61k\x01\x61k\x02"),
+        ("a tag", b"\x61k\xc1\x01"),
+        ("an undefined", b"\x61k\xf7"),
+        ("a simple value", b"\x61k\xf8\x20"),
+        ("an indefinite text", b"\x61k\x7f\x61a\xff"),
+        ("a map keyed by a list", b"\x61k\xa1\x80\x01"),
+        ("a negative int past 64 bits", b"\x61k\x3b\xff\xff\xff\xff\xff\xff\xff\xff"),
+        ("text that is not UTF-8", b"\x61k\x62\xc3\x28"),
+        ("a key Go takes", b"\x64code\x01"),
+    ],
+)
+def test_anything_but_plain_values_is_left_to_the_python_reading(
+    speedups: ModuleType, what: str, extra: bytes
+) -> None:
+    base = bytearray(written_by_python(Message(subject="s")))
+    assert base[1] == 0xA8  # Go's eight keys
+    pairs = 2 if what == "a repeated key" else 1
+    value = bytes(base[:1]) + bytes([0xA8 + pairs]) + bytes(base[2:]) + extra
+    assert speedups.go_decode(value) is None
+    with_c = outcome(lambda: codec.decode(value)[0])
+    with codec.python_only():
+        assert outcome(lambda: codec.decode(value)[0]) == with_c
