@@ -861,7 +861,8 @@ wire_time(PyObject *time, PyObject **text)
 
 /* Whether go_encode writes `value` (in an unknown key) as cbor2 would: None,
  * bools, 64-bit ints, finite floats, str with UTF-8, bytes, and lists and
- * maps of these, exact types only. Anything else is the Python encoder's. */
+ * maps of these (keyed by str or bytes: the keys cbor2 reads back), exact
+ * types only. Anything else is the Python encoder's. */
 static int
 is_plain(PyObject *value, int depth)
 {
@@ -900,7 +901,8 @@ is_plain(PyObject *value, int depth)
     }
     if (PyDict_CheckExact(value)) {
         while (PyDict_Next(value, &i, &key, &item)) {
-            if (!is_plain(key, depth + 1) || !is_plain(item, depth + 1)) {
+            if ((!PyUnicode_CheckExact(key) && !PyBytes_CheckExact(key))
+                || !is_plain(key, depth + 1) || !is_plain(item, depth + 1)) {
                 return 0;
             }
         }

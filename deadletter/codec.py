@@ -512,9 +512,10 @@ def encode(msgs: Sequence[Message]) -> bytes:
     """Go's bytes for `msgs`: what its encoder writes for the same `[]Message`."""
     wire = [_wire_map(msg, index) for index, msg in enumerate(msgs)]
     try:
-        return cbor2.dumps(wire)
+        value = cbor2.dumps(wire)
     except _ENCODE_FAILURES as exc:
         raise _unencodable(msgs, exc) from exc
+    return _read_back(value)
 
 
 def encode_one(msg: Message) -> bytes:
@@ -525,9 +526,21 @@ def encode_one(msg: Message) -> bytes:
             return value
     wire = [_wire_map(msg, 0)]
     try:
-        return cbor2.dumps(wire)
+        value = cbor2.dumps(wire)
     except _ENCODE_FAILURES as exc:
         raise _unencodable([msg], exc) from exc
+    return _read_back(value)
+
+
+def _read_back(value: bytes) -> bytes:
+    """`value` once it reads back: cbor2 writes some extra values the reading
+    refuses (a map keyed by an int, nesting past Go's 32 levels), and a row
+    nobody can read must not be stored."""
+    try:
+        decode(value)
+    except CodecError as exc:
+        raise CodecError(f"would not read back: {exc}") from None
+    return value
 
 
 def _wire_map(msg: Message, index: int) -> dict[str, Any]:

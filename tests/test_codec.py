@@ -609,6 +609,30 @@ def test_an_extra_value_cbor_cannot_hold_is_refused_by_key() -> None:
         encode_one(Message(extra={"Handler": object()}))
 
 
+def nested(depth: int) -> list[Any]:
+    value: list[Any] = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize(
+    "value",
+    [{1: "x"}, [{"ok": {(1, 2): "x"}}], nested(40)],
+    ids=["a map keyed by an int", "a map keyed by a tuple", "nesting past 32 levels"],
+)
+def test_an_extra_value_that_would_not_read_back_is_refused(value: Any) -> None:
+    with pytest.raises(CodecError, match="would not read back"):
+        encode_one(Message(extra={"Data": value}))
+    with pytest.raises(CodecError, match="would not read back"):
+        encode([Message(), Message(extra={"Data": value})])
+
+
+def test_extra_maps_keyed_by_text_and_bytes_read_back() -> None:
+    extra = {"Data": {"a": 1, b"b": [nested(25)]}}
+    assert decode(encode_one(Message(extra=extra)))[0].extra == extra
+
+
 def test_an_extra_key_that_is_not_a_string_is_refused() -> None:
     with pytest.raises(CodecError):
         encode_one(Message(extra={1: "x"}))  # type: ignore[dict-item]

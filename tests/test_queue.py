@@ -102,6 +102,12 @@ def test_an_unencodable_message_says_why() -> None:
     assert info.value.__cause__ is not None
 
 
+def test_a_message_that_would_not_read_back_is_refused_and_nothing_is_written() -> None:
+    with pytest.raises(QueueingError, match="would not read back"):
+        store_failed_msgs("q", Message(subject="x", extra={"ById": {7: "seven"}}))
+    assert fetch_failed_msgs("q") == []
+
+
 def test_a_message_never_tried_has_no_attempts_and_no_last_error(clock) -> None:
     store_failed_msgs("q", msg("fresh"))
     (fetched,) = fetch_failed_msgs("q")
