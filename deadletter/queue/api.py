@@ -12,7 +12,6 @@ import asyncio
 import dataclasses
 import enum
 import logging
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -31,6 +30,7 @@ from deadletter.queue.rows import (
     OnDrop,
     Queued,
     QueueingError,
+    common_message,
     delete_sql,
     insert_value,
     process_row,
@@ -185,22 +185,14 @@ def _peek(queue: str, limit: int) -> list[Queued]:
     except DatabaseError:
         logger.exception("fetch failed queue=%s", queue)
         return []
-    cutoff = time.time_ns() - age.max_age_ns()
+    cutoff = age.cutoff_ns()
     max_row_bytes = conf.MAX_ROW_BYTES
-    decode_single, new_queued, separator = codec.decode_single, tuple.__new__, keys.NUL
     found: list[Queued] = []
     for key, value in rows:
-        if separator in key and len(value) <= max_row_bytes:
-            try:
-                msg = decode_single(value)
-            except codec.CodecError:
-                msg = None
-            if msg is not None:
-                stamped = msg.queued_at
-                if stamped is not None and stamped.unix_ns >= cutoff:
-                    found.append(new_queued(Queued, (key, msg)))
-                    continue
-        return list(iter_failed_msgs(queue, limit=limit))
+        msg = common_message(key, value, cutoff, max_row_bytes)
+        if msg is None:
+            return list(iter_failed_msgs(queue, limit=limit))
+        found.append(tuple.__new__(Queued, (key, msg)))
     return found
 
 
@@ -232,12 +224,6 @@ def iter_failed_msgs(
     max_age_ns = age.max_age_ns()
     max_row_bytes = conf.MAX_ROW_BYTES
     left = -1 if limit is None else limit
-    decode_single, separator, new_queued, expired = (
-        codec.decode_single,
-        keys.NUL,
-        tuple.__new__,
-        age.expired,
-    )
     rereads: dict[bytes, int] = {}
 
     def read(inclusive: bool, after: bytes, high: bytes) -> list[tuple[Any, ...]]:
@@ -248,21 +234,13 @@ def iter_failed_msgs(
         for rows in pages:
             cutoff = age.cutoff_ns(max_age=max_age_ns)
             for key, value in rows:
-                # The common row (one live, stamped message) is handed out here;
-                # every other row goes through the rules in `rows.process_row`.
-                if separator in key and len(value) <= max_row_bytes:
-                    try:
-                        msg = decode_single(value)
-                    except codec.CodecError:
-                        msg = None
-                    if msg is not None:
-                        stamped = msg.queued_at
-                        if stamped is not None and not expired(stamped, cutoff):
-                            yield new_queued(Queued, (key, msg))
-                            left -= 1
-                            if not left:
-                                return
-                            continue
+                msg = common_message(key, value, cutoff, max_row_bytes)
+                if msg is not None:
+                    yield tuple.__new__(Queued, (key, msg))
+                    left -= 1
+                    if not left:
+                        return
+                    continue
                 outcome = process_row(
                     connection,
                     queue,

@@ -160,6 +160,21 @@ SKIP = object()
 """`process_row`: nothing to hand out from this row."""
 
 
+def common_message(key: bytes, value: bytes, cutoff: int, max_row_bytes: int) -> Message | None:
+    """The message of the common row (a key with its separator, a value within
+    `max_row_bytes` holding one stamped message live at `cutoff`), read with no
+    rule applied; None for every other row, which `process_row` must see."""
+    if keys.NUL not in key or len(value) > max_row_bytes:
+        return None
+    try:
+        msg = codec.decode_single(value)
+    except codec.CodecError:
+        return None
+    if msg is None or msg.queued_at is None or age.expired(msg.queued_at, cutoff):
+        return None
+    return msg
+
+
 def process_row(
     connection: BaseDatabaseWrapper,
     queue: str,
