@@ -20,6 +20,7 @@ from deadletter import keys, signals
 from deadletter.messages import Message
 from deadletter.models import QueuedMessage
 from deadletter.queue import fetch_failed_msgs, store_failed_msgs
+from tests.odd_rows import park_odd_rows
 from tests.test_api_jsonvalues import scalars as jsonvalues_scalars
 from tests.test_api_jsonvalues import values as jsonvalues_strategy
 
@@ -193,14 +194,7 @@ def test_bulk_delete_confirmation_deletes_exactly_the_chosen_rows(admin_client, 
 
 
 def test_rows_with_odd_keys_and_values_open_and_delete(admin_client) -> None:
-    odd = {
-        b"q\x00" + b"\x01" * 400: b"\xa0",  # longer than any key the app writes
-        b"legacy-queue": b"\x80",  # no separator: an older release's aggregate row
-        b"\xff\xfe\x00" + b"\x02" * 16: b"corrupted cbor data",  # name not UTF-8, value corrupt
-        keys.new_key("q"): b"",
-    }
-    for key, value in odd.items():
-        QueuedMessage.objects.create(key=key, value=value)
+    odd = park_odd_rows("q")
     listing = open_page(admin_client, CHANGELIST)
     for key in odd:
         page = open_page(admin_client, message_link(listing, key))

@@ -19,6 +19,7 @@ from deadletter.drain import QueueLock
 from deadletter.gotime import GoTime
 from deadletter.messages import Message
 from deadletter.queue import fetch_failed_msgs, queue_names, sqlite_file, store_failed_msgs
+from tests.odd_rows import park_odd_rows
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -425,18 +426,7 @@ def test_drain_is_409_while_another_drain_holds_the_queue(api) -> None:
 
 
 def test_rows_with_odd_keys_and_values_read_and_delete_without_a_server_error(api) -> None:
-    odd = {
-        b"q\x00" + b"\x01" * 400: b"\xa0",  # longer than any key the app writes
-        b"q": b"\x80",  # no separator: an older release's aggregate row
-        b"\xff\xfe\x00" + b"\x02" * 16: b"corrupted cbor data",  # name not UTF-8, value corrupt
-        keys.new_key("q"): b"",
-        keys.new_key("q"): b"\xd9\xd9\xf7" * 1000 + b"\x81\xa0",  # tags before a message
-    }
-    with connection.cursor() as cursor:
-        for key, value in odd.items():
-            cursor.execute(
-                "INSERT INTO deadletter_queuedmessage (key, value) VALUES (%s, %s)", (key, value)
-            )
+    odd = park_odd_rows("q")
     assert api.get(f"{API}/queues/").status_code == 200
     assert api.get(url("q")).status_code == 200
     for key in odd:

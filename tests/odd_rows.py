@@ -1,0 +1,26 @@
+"""Rows another writer may leave in the queue table that this app never writes
+itself; the admin and API tests walk each through every page that shows it."""
+
+from __future__ import annotations
+
+from django.db import connection
+
+from deadletter import keys
+
+
+def park_odd_rows(queue: str = "q") -> list[bytes]:
+    """Write the odd rows with raw SQL (the ORM would not hold some of them back)
+    and return their keys."""
+    odd = {
+        queue.encode() + b"\x00" + b"\x01" * 400: b"\xa0",  # longer than any key the app writes
+        b"legacy-queue": b"\x80",  # no separator: an older release's aggregate row
+        b"\xff\xfe\x00" + b"\x02" * 16: b"corrupted cbor data",  # name not UTF-8, value corrupt
+        keys.new_key(queue): b"",
+        keys.new_key(queue): b"\xd9\xd9\xf7" * 1000 + b"\x81\xa0",  # tags before a message
+    }
+    with connection.cursor() as cursor:
+        for key, value in odd.items():
+            cursor.execute(
+                "INSERT INTO deadletter_queuedmessage (key, value) VALUES (%s, %s)", (key, value)
+            )
+    return list(odd)
