@@ -44,6 +44,20 @@ def quoted(connection: BaseDatabaseWrapper, table: str) -> str:
     return connection.ops.quote_name(table)
 
 
+_statements: dict[tuple[str, str, str], str] = {}
+
+
+def statement(connection: BaseDatabaseWrapper, template: str) -> str:
+    """`template` with `{table}` as the queue table's quoted name, made once per
+    backend and table: the store and dequeue paths ask for it on every call."""
+    table_name = table()
+    cache_key = (connection.vendor, table_name, template)
+    made = _statements.get(cache_key)
+    if made is None:
+        made = _statements[cache_key] = template.format(table=quoted(connection, table_name))
+    return made
+
+
 def watched(connection: BaseDatabaseWrapper) -> bool:
     """Whether anyone looks at this connection's statements: an `execute_wrapper`
     (APM hooks, tests) or query logging (`DEBUG`, `force_debug_cursor`)."""

@@ -160,3 +160,14 @@ def test_watched_is_a_wrapper_or_query_logging_and_nothing_else() -> None:
 def test_the_table_name_is_the_models_own() -> None:
     assert sql.table() == QueuedMessage._meta.db_table
     assert QueuedMessage._meta.db_table == sql.TABLE  # kept for importers
+
+
+def test_a_statement_names_the_models_table_quoted_for_the_backend(monkeypatch) -> None:
+    template = "DELETE FROM {table} WHERE key = %s"
+    assert sql.statement(connection, template) == (
+        f"DELETE FROM {connection.ops.quote_name(QueuedMessage._meta.db_table)} WHERE key = %s"
+    )
+    monkeypatch.setattr(QueuedMessage._meta, "db_table", "elsewhere")
+    assert sql.statement(connection, template) == (
+        f"DELETE FROM {connection.ops.quote_name('elsewhere')} WHERE key = %s"
+    )

@@ -130,7 +130,7 @@ def insert_value(
 ) -> bytes:
     """Insert an encoded row under `key` (a fresh one when None), retrying a key
     collision with a new key."""
-    query = f"INSERT INTO {sql.quoted(connection, sql.table())} (key, value) VALUES (%s, %s)"
+    query = sql.statement(connection, "INSERT INTO {table} (key, value) VALUES (%s, %s)")
     for _ in range(_INSERT_ATTEMPTS):
         if key is None:
             key = keys.new_key(prefix)
@@ -148,7 +148,7 @@ def insert_value(
 
 
 def delete_sql(connection: BaseDatabaseWrapper) -> str:
-    return f"DELETE FROM {sql.quoted(connection, sql.table())} WHERE key = %s"
+    return sql.statement(connection, "DELETE FROM {table} WHERE key = %s")
 
 
 # --- the rules -------------------------------------------------------------------
