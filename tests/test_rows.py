@@ -10,7 +10,7 @@ from django.db import transaction
 from deadletter import codec, keys, queue
 from deadletter.messages import Message
 from deadletter.models import QueuedMessage
-from deadletter.queue import Dropped, DropReason
+from deadletter.queue import Dropped, DropReason, rows
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -63,3 +63,38 @@ def test_a_drop_by_the_drain_counts_under_its_reason() -> None:
     assert drop_counts(connection, ["q"])["q"]["permanent"] == 1
     with pytest.raises(ValueError):
         queue.drop_msg(key, None, "lost")
+
+
+def _common(key: bytes, value: bytes, max_row_bytes: int = 1 << 20) -> Message | None:
+    cutoff = int((datetime.now(UTC) - timedelta(days=30)).timestamp() * 1e9)
+    return rows.common_message(key, value, cutoff, max_row_bytes)
+
+
+def test_the_common_row_is_read_with_no_rule_applied() -> None:
+    msg = Message(subject="ok", queued_at=datetime.now(UTC), extra={"Endpoint": "https://x"})
+    assert _common(keys.new_key("q"), codec.encode_one(msg)) == msg
+
+
+@pytest.mark.parametrize(
+    ("what", "key", "value"),
+    [
+        ("no separator", b"q", codec.encode_one(Message(queued_at=datetime.now(UTC)))),
+        ("never stamped", None, codec.encode_one(Message())),
+        (
+            "expired",
+            None,
+            codec.encode_one(Message(queued_at=datetime.now(UTC) - timedelta(days=31))),
+        ),
+        ("corrupt", None, b"\x81\xa1corrupt"),
+        ("empty", None, b""),
+        ("two messages", None, codec.encode([Message(queued_at=datetime.now(UTC))] * 2)),
+    ],
+)
+def test_every_other_row_is_left_to_the_rules(what: str, key: bytes | None, value: bytes) -> None:
+    assert _common(key or keys.new_key("q"), value) is None
+
+
+def test_a_row_over_the_size_limit_is_left_to_the_rules() -> None:
+    value = codec.encode_one(Message(subject="x" * 100, queued_at=datetime.now(UTC)))
+    assert _common(keys.new_key("q"), value, max_row_bytes=len(value)) is not None
+    assert _common(keys.new_key("q"), value, max_row_bytes=len(value) - 1) is None
