@@ -50,7 +50,7 @@ from _setup import (
 QUICK = os.environ.get("BENCH_QUICK") == "1"
 ROWS = int(os.environ.get("BENCH_ROWS") or (20_000 if QUICK else 1_000_000))
 OPS = 300 if QUICK else 3000
-ROUNDS = 3 if QUICK else 9
+ROUNDS = 3 if QUICK else 15
 SCAN_ROUNDS = 1 if QUICK else 4
 PEEK_OPS = {10: 1000, 50: 400, 100: 200} if not QUICK else {10: 100, 50: 40, 100: 20}
 CURSOR_SCAN_ROWS = min(ROWS, 200_000)
