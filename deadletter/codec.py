@@ -515,7 +515,7 @@ def encode(msgs: Sequence[Message]) -> bytes:
         value = cbor2.dumps(wire)
     except _ENCODE_FAILURES as exc:
         raise _unencodable(msgs, exc) from exc
-    return _read_back(value)
+    return _read_back(value) if any(msg.extra for msg in msgs) else value
 
 
 def encode_one(msg: Message) -> bytes:
@@ -529,13 +529,14 @@ def encode_one(msg: Message) -> bytes:
         value = cbor2.dumps(wire)
     except _ENCODE_FAILURES as exc:
         raise _unencodable([msg], exc) from exc
-    return _read_back(value)
+    return _read_back(value) if msg.extra else value
 
 
 def _read_back(value: bytes) -> bytes:
     """`value` once it reads back: cbor2 writes some extra values the reading
     refuses (a map keyed by an int, nesting past Go's 32 levels), and a row
-    nobody can read must not be stored."""
+    nobody can read must not be stored. The eight fields are checked before
+    encoding, so only a message with extra keys needs this."""
     try:
         decode(value)
     except CodecError as exc:
