@@ -4,9 +4,14 @@ or sharing the caller's, on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
+import signal
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,12 +21,13 @@ from django.http import HttpRequest, HttpResponse
 from django.test import Client
 from django.urls import path
 
-from deadletter import detached, keys, signals
+from deadletter import detached, keys, signals, spool
 from deadletter.messages import Message
 from deadletter.models import QueuedMessage
 from deadletter.queue import fetch_failed_msgs, store_failed_msgs
 
 OWN = "deadletter_own"
+REPO = Path(__file__).resolve().parents[1]
 
 
 class DeliveryFailed(Exception):
@@ -323,3 +329,176 @@ def test_a_caller_who_wants_the_message_tied_to_the_transaction_parks_on_commit(
     assert subjects() == ["only if committed"]
     with caplog.at_level(logging.ERROR, logger="deadletter"):
         assert "not written" not in caplog.text
+
+
+# --- a manual transaction (set_autocommit(False)) counts as one -------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_manual_transaction_rolled_back_keeps_the_message() -> None:
+    transaction.set_autocommit(False)
+    try:
+        QueuedMessage.objects.create(key=keys.new_key("side-effect"), value=b"\xa0")
+        key = store_failed_msgs("q", Message(subject="manual"))
+        transaction.rollback()
+    finally:
+        transaction.set_autocommit(True)
+    assert [q.key for q in fetch_failed_msgs("q")] == [key]
+    assert rows_of("side-effect") == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_manual_transaction_still_open_does_not_hold_the_message_back_on_postgresql() -> None:
+    if connection.vendor != "postgresql":
+        pytest.skip("PostgreSQL writes on a second connection")
+    transaction.set_autocommit(False)
+    try:
+        store_failed_msgs("q", Message(subject="seen by others"))
+        assert seen_from_another_connection("default") == 1
+        transaction.rollback()
+    finally:
+        transaction.set_autocommit(True)
+    assert subjects() == ["seen by others"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_manual_commit_writes_the_message_and_the_callers_rows_alike() -> None:
+    transaction.set_autocommit(False)
+    try:
+        QueuedMessage.objects.create(key=keys.new_key("side-effect"), value=b"\xa0")
+        store_failed_msgs("q", Message(subject="first"))
+        transaction.commit()
+        store_failed_msgs("q", Message(subject="second"))
+        transaction.rollback()
+    finally:
+        transaction.set_autocommit(True)
+    assert subjects() == ["first", "second"]
+    assert rows_of("side-effect") == 1
+
+
+# --- SQLite: a held-back park is durable at once (the spool) -----------------------
+
+
+@pytest.fixture
+def deferred_sqlite() -> Iterator[None]:
+    """Django's default DEFERRED transactions and a 0.3 s busy timeout on the
+    default SQLite connection, so another writer can hold the lock past it."""
+    if connection.vendor != "sqlite":
+        pytest.skip("SQLite holds the park back until the caller's block ends")
+    options = connection.settings_dict["OPTIONS"]
+    saved = dict(options)
+    options.pop("transaction_mode", None)
+    options["timeout"] = 0.3
+    connection.close()
+    yield
+    connection.close()
+    options.clear()
+    options.update(saved)
+    for private in detached._local.__dict__.get("wrappers", {}).values():
+        private.close()
+
+
+@contextlib.contextmanager
+def write_lock_held() -> Iterator[None]:
+    """Another writer holding the database file's write lock."""
+    import sqlite3
+
+    other = sqlite3.connect(connection.settings_dict["NAME"], isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+
+
+def spool_files() -> list[str]:
+    folder = spool.directory(connection)
+    assert folder is not None
+    return sorted(p.name for p in folder.glob("*.spool")) if folder.exists() else []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_held_back_park_whose_write_fails_at_block_end_is_written_by_the_next_fetch(
+    deferred_sqlite: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.ERROR, logger="deadletter"), write_lock_held():
+        with transaction.atomic():
+            key = store_failed_msgs("q", Message(subject="kept"))
+            assert len(spool_files()) == 1
+        assert seen_from_another_connection("default") == 0
+        assert len(spool_files()) == 1
+    assert "kept in" in caplog.text and ".spool" in caplog.text
+    assert [q.key for q in fetch_failed_msgs("q")] == [key]
+    assert spool_files() == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_park_spooled_is_written_once_the_lock_is_free_even_by_the_next_store(
+    deferred_sqlite: None,
+) -> None:
+    with write_lock_held(), transaction.atomic():
+        first = store_failed_msgs("q", Message(subject="first"))
+    second = store_failed_msgs("q", Message(subject="second"))
+    assert seen_from_another_connection("default") == 2
+    assert [q.key for q in fetch_failed_msgs("q")] == [first, second]
+
+
+CHILD = """
+import sys, time, django
+from django.conf import settings
+django.setup()
+options = settings.DATABASES["default"]["OPTIONS"]
+options.pop("transaction_mode", None)  # Django's default, DEFERRED
+options["timeout"] = float(sys.argv[2])
+from django.db import transaction
+from deadletter import Message, store_failed_msgs
+with transaction.atomic():
+    key = store_failed_msgs("q", Message(subject=sys.argv[1]))
+    print(key.hex(), flush=True)
+    if sys.argv[1] == "killed":
+        time.sleep(60)
+"""
+
+
+def child(env: dict[str, str], subject: str, busy_timeout: float = 30) -> subprocess.Popen[str]:
+    """A process that parks inside its own atomic block on the test database."""
+    return subprocess.Popen(
+        [sys.executable, "-c", CHILD, subject, str(busy_timeout)],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+@pytest.mark.slow
+def test_a_process_killed_inside_its_block_keeps_its_parked_message(
+    subprocess_env: dict[str, str],
+) -> None:
+    if connection.vendor != "sqlite":
+        pytest.skip("SQLite holds the park back until the caller's block ends")
+    proc = child(subprocess_env, "killed")
+    assert proc.stdout is not None
+    key = bytes.fromhex(proc.stdout.readline().strip())
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    assert seen_from_another_connection("default") == 0
+    assert [q.key for q in fetch_failed_msgs("q")] == [key]
+    assert [q.key for q in fetch_failed_msgs("q")] == [key]
+
+
+@pytest.mark.slow
+def test_a_process_that_exits_while_another_writer_holds_the_lock_keeps_its_message(
+    subprocess_env: dict[str, str],
+) -> None:
+    if connection.vendor != "sqlite":
+        pytest.skip("SQLite holds the park back until the caller's block ends")
+    with write_lock_held():
+        proc = child(subprocess_env, "exited", busy_timeout=0.3)
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err
+    assert "for the next store, fetch or drain" in err
+    key = bytes.fromhex(out.strip())
+    assert [q.key for q in fetch_failed_msgs("q")] == [key]

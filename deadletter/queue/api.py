@@ -69,19 +69,22 @@ def store_failed_msgs(queue: str, msg: Message) -> bytes:
         )
     connection = sql.connection()
     instrumented = False
-    if connection.in_atomic_block:  # one attribute read on the common path
-        where = detached.route(connection)
-        if where is detached.Route.DEFERRED:
-            key = keys.new_key(prefix)
-            detached.defer(connection, _ParkLater(queue, prefix, key, value, msg))
-            return key
-        if where is detached.Route.PRIVATE:
-            try:
+    if connection.in_atomic_block or not connection.autocommit:  # attribute reads only
+        try:
+            where = detached.route(connection)
+            if where is detached.Route.DEFERRED:
+                key = keys.new_key(prefix)
+                later = _ParkLater(queue, prefix, key, value, msg)
+                detached.defer(connection, later, queue=queue, key=key, value=value)
+                return key
+            if where is detached.Route.PRIVATE:
                 connection = detached.private_connection(connection)
-            except DatabaseError as exc:
-                logger.exception("store failed queue=%s", queue)
-                raise QueueingError from exc
-            instrumented = True
+                instrumented = True
+        except (DatabaseError, OSError) as exc:
+            logger.exception("store failed queue=%s", queue)
+            raise QueueingError(f"the message could not be parked: {exc}") from exc
+    else:
+        detached.settle_now_and_then(connection)
     key = insert_value(connection, prefix, value, queue=queue, instrumented=instrumented)
     sql.after_commit(connection, signals.message_enqueued, sender=queue, key=key, msg=msg)
     return key
@@ -180,6 +183,7 @@ def _peek(queue: str, limit: int) -> list[Queued]:
     rules to it; what is handed out is the same either way."""
     low, high = keys.queue_bounds(queue)
     connection = sql.connection()
+    detached.settle(connection)
     try:
         rows = sql.read(connection, page_sql(connection, True, limit), (low, high))
     except DatabaseError:
@@ -221,6 +225,7 @@ def iter_failed_msgs(
         batch_size = min(batch_size, limit)
     low, high = keys.queue_bounds(queue)
     connection = sql.connection()
+    detached.settle(connection)
     max_age_ns = age.max_age_ns()
     max_row_bytes = conf.MAX_ROW_BYTES
     left = -1 if limit is None else limit
