@@ -36,4 +36,10 @@ def parks_another(fixed_flag: str, record: str) -> None:
     flaky.enqueue(fixed_flag, record, label="inner")
 
 
+@task
+def fails_loudly(length: int) -> None:
+    """Fails with an exception message of `length` characters on one line."""
+    raise CauseNotFixed("x" * length)
+
+
 not_a_task = "a module attribute that is no task"

@@ -15,6 +15,7 @@ from django.db import connection
 from rest_framework.test import APIClient
 
 from deadletter import codec, keys
+from deadletter.contrib.tasks import capture
 from deadletter.drain import QueueLock
 from deadletter.gotime import GoTime
 from deadletter.messages import Message
@@ -264,7 +265,7 @@ def test_park_stamps_the_first_failure_when_none_is_given(api) -> None:
 def test_park_keeps_unknown_keys_and_special_values(api) -> None:
     body = {
         "subject": "s",
-        "TaskArgs": [1, "two"],
+        "Tags": [1, "two"],
         "extra": {
             "Score": {"$float": "NaN"},
             "Blob": {"$bytes": "AAE="},
@@ -274,12 +275,12 @@ def test_park_keeps_unknown_keys_and_special_values(api) -> None:
     response = api.post(url("q"), body, format="json")
     assert response.status_code == 201, response.json()
     extra = fetch_failed_msgs("q")[0].msg.extra
-    assert extra["TaskArgs"] == [1, "two"]
+    assert extra["Tags"] == [1, "two"]
     assert extra["Blob"] == b"\x00\x01"
     assert extra["Big"] == cbor2.CBORTag(2, (10**30).to_bytes(13, "big"))  # a CBOR bignum
     assert extra["Score"] != extra["Score"]  # NaN
     shown = api.get(response["Location"]).json()["messages"][0]["extra"]
-    assert shown == {**body["extra"], "TaskArgs": [1, "two"]}
+    assert shown == {**body["extra"], "Tags": [1, "two"]}
 
 
 @pytest.mark.parametrize(
@@ -436,3 +437,24 @@ def test_rows_with_odd_keys_and_values_read_and_delete_without_a_server_error(ap
     with connection.cursor() as cursor:
         cursor.execute("SELECT COUNT(*) FROM deadletter_queuedmessage")
         assert cursor.fetchone()[0] == 0
+
+
+# --- keys an integration reserves ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"subject": "hi", "Task": "myapp.tasks.dangerous", "TaskArgs": ["any argument"]},
+        {"subject": "hi", "extra": {"Task": "myapp.tasks.dangerous", "TaskArgs": []}},
+    ],
+    ids=["top level", "in extra"],
+)
+def test_park_refuses_a_task_s_keys_naming_them_and_who_reserves_them(api, body: dict) -> None:
+    response = api.post(url("tasks.default"), body, format="json")
+
+    assert response.status_code == 400
+    assert response.json()["extra"] == [
+        f"'Task', 'TaskArgs' reserved by {capture.APP}, which alone parks them"
+    ]
+    assert queue_names() == []

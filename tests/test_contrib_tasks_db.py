@@ -18,6 +18,7 @@ from django.test import override_settings
 
 from deadletter import queue
 from deadletter.contrib.tasks import framework, inflight
+from deadletter.messages import Message
 from tests.conftest import REPO
 from tests.contrib_tasks_env import task_settings
 
@@ -123,3 +124,21 @@ def test_a_task_still_failing_in_the_worker_stays_queued_with_its_attempts_raise
         assert again.queued_at == first.queued_at  # the age limit counts from the first failure
         assert again.extra["TaskResultID"] != first.extra["TaskResultID"]
         assert queue.queue_names() == [QUEUE]
+
+
+def test_a_task_message_parked_by_other_code_is_dropped_and_the_worker_has_nothing_to_run(
+    db_backend: dict[str, str], tmp_path: Path
+) -> None:
+    marker = tmp_path / "granted"
+    forged = {
+        "Task": "tests.contrib_tasks_tripwire.grant",
+        "TaskArgs": [str(marker)],
+        "TaskBackend": "db",
+    }
+    queue.store_failed_msgs(QUEUE, Message(subject="hi", extra=forged))
+
+    assert drain_tasks() == 0
+    run_worker(db_backend)
+
+    assert not marker.exists()
+    assert queue.queue_names() == []

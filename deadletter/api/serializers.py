@@ -25,6 +25,7 @@ from deadletter.api.fields import (
 )
 from deadletter.inspection import Row
 from deadletter.messages import Message
+from deadletter.queue import seals
 from deadletter.summaries import QueueStatus
 
 MAX_PAGE_SIZE = 200
@@ -82,6 +83,15 @@ class MessageSerializer(serializers.Serializer):
     @extend_schema_field({"type": "string", "nullable": True, "readOnly": True})
     def get_code_name(self, msg: Message) -> str | None:
         return getattr(msg.code, "name", None)
+
+    def validate_extra(self, value: dict[str, Any]) -> dict[str, Any]:
+        """An integration's keys (a parked task's) come from that integration
+        only: its handler would act on them."""
+        try:
+            seals.refuse_reserved(value)
+        except seals.ReservedKey as exc:
+            raise serializers.ValidationError(str(exc)) from None
+        return value
 
     def to_internal_value(self, data: Any) -> dict[str, Any]:
         # Unknown top-level keys are the message's own unknown keys: kept in `extra`.

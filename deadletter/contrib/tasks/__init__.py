@@ -16,7 +16,8 @@ __all__ = ["redrive"]
 
 
 def redrive(msg: Message) -> None:
-    """The drain handler for `tasks.*` queues: enqueue the parked task again.
+    """The drain handler for `tasks.*` queues: enqueue the parked task again,
+    only if the capture parked it (its seal is checked before anything is imported).
 
     Defined here so that `DEADLETTER_HANDLERS` can name
     `deadletter.contrib.tasks.redrive` without importing the framework early.

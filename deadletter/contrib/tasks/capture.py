@@ -1,6 +1,11 @@
 """Park every task result that finishes FAILED, from the framework's
 `task_finished` signal, as an ordinary message whose extra keys carry the task.
 
+The keys redrive acts on are sealed (`SEAL`): the redrive runs only what
+this capture parked, never a task a message from elsewhere names. A message
+over `DEADLETTER_MAX_ROW_BYTES` is parked without its arguments, so the
+failure is still seen.
+
 The receiver runs inside the backend's own error handling (the Immediate
 backend in the caller's thread, a worker in its loop), so it never raises:
 a message it cannot park is logged with the task's id and path.
@@ -8,6 +13,7 @@ a message it cannot park is logged with the task's id and path.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from typing import Any
 
@@ -15,24 +21,30 @@ from django.apps import apps
 from django.conf import settings
 from django.core import checks
 
-from deadletter import queue
+from deadletter import codec, queue
 from deadletter.conf import conf
 from deadletter.contrib.tasks import framework, inflight
 from deadletter.contrib.tasks.checks import check_framework
 from deadletter.drain import ATTEMPTS_KEY, LAST_ERROR_KEY, LAST_ERROR_LIMIT
+from deadletter.gotime import GoTime
 from deadletter.messages import Message
+from deadletter.queue import seals
 
 __all__ = [
     "QUEUE_PREFIX",
+    "SEAL",
     "TASK",
     "TASK_ARGS",
+    "TASK_ARGS_CUT",
     "TASK_BACKEND",
     "TASK_EXCEPTION",
     "TASK_KWARGS",
     "TASK_PRIORITY",
     "TASK_QUEUE",
     "TASK_RESULT_ID",
+    "TASK_SEAL",
     "TASK_TRACEBACK",
+    "cut_arguments",
     "enabled",
     "error_line",
     "install",
@@ -58,6 +70,31 @@ TASK_PRIORITY = "TaskPriority"
 TASK_RESULT_ID = "TaskResultID"
 TASK_EXCEPTION = "TaskException"
 TASK_TRACEBACK = "TaskTraceback"
+TASK_ARGS_CUT = "TaskArgsCut"
+TASK_SEAL = "TaskSeal"
+
+SEAL = seals.Seal(
+    purpose=APP,
+    key=TASK_SEAL,
+    fields=(TASK, TASK_ARGS, TASK_KWARGS, TASK_BACKEND, TASK_QUEUE, TASK_PRIORITY, TASK_ARGS_CUT),
+)
+seals.reserve(
+    APP,
+    (
+        TASK,
+        TASK_ARGS,
+        TASK_KWARGS,
+        TASK_BACKEND,
+        TASK_QUEUE,
+        TASK_PRIORITY,
+        TASK_RESULT_ID,
+        TASK_EXCEPTION,
+        TASK_TRACEBACK,
+        TASK_ARGS_CUT,
+        TASK_SEAL,
+        inflight.REDRIVEN_AS,
+    ),
+)
 
 
 def queue_for(queue_name: str) -> str:
@@ -99,7 +136,7 @@ def _on_finished(sender: Any, task_result: Any, **kwargs: Any) -> None:
 
 
 def message_of(result: Any) -> Message:
-    """The message a failed result is parked as; every value is plain JSON."""
+    """The message a failed result is parked as, sealed; every value is plain JSON."""
     task = result.task
     error = result.errors[-1] if result.errors else None
     lines = error.traceback.rstrip("\n").splitlines() if error else []
@@ -112,10 +149,20 @@ def message_of(result: Any) -> Message:
         TASK_PRIORITY: task.priority,
         TASK_RESULT_ID: str(result.id),
         TASK_EXCEPTION: error.exception_class_path if error else "",
-        TASK_TRACEBACK: "\n".join(lines[-TRACEBACK_LINES:]),
+        TASK_TRACEBACK: "\n".join(line[:LAST_ERROR_LIMIT] for line in lines[-TRACEBACK_LINES:]),
         LAST_ERROR_KEY: error_line(result),
     }
-    return Message(timestamp=result.finished_at, subject=task.module_path, extra=extra)
+    return Message(timestamp=result.finished_at, subject=task.module_path, extra=SEAL.sealed(extra))
+
+
+def cut_arguments(msg: Message) -> Message:
+    """`msg` without its arguments, which a record of their canonical encoding
+    (`Bytes`, `SHA256`) replaces, sealed again: for a message too large to park."""
+    extra = dict(msg.extra)
+    arguments = {TASK_ARGS: extra.pop(TASK_ARGS, []), TASK_KWARGS: extra.pop(TASK_KWARGS, {})}
+    encoded = seals.canonical(arguments)
+    extra[TASK_ARGS_CUT] = {"Bytes": len(encoded), "SHA256": hashlib.sha256(encoded).hexdigest()}
+    return msg.replace(extra=SEAL.sealed(extra))
 
 
 def error_line(result: Any) -> str:
@@ -130,7 +177,9 @@ def error_line(result: Any) -> str:
 def park(result: Any, redriven: Message | None = None) -> bytes | None:
     """Park a failed result in `tasks.<queue_name>`; for a redriven one (its
     link message given) the attempts go up by one and the first-failure time
-    is kept, and at `DEADLETTER_MAX_ATTEMPTS` it is dropped as a drain would."""
+    is kept, and at `DEADLETTER_MAX_ATTEMPTS` it is dropped as a drain would.
+    Over `DEADLETTER_MAX_ROW_BYTES` it is parked without its arguments rather
+    than lost to a log line."""
     msg = message_of(result)
     name = queue_for(result.task.queue_name)
     if redriven is not None:
@@ -147,6 +196,18 @@ def park(result: Any, redriven: Message | None = None) -> bytes | None:
                 msg.extra[LAST_ERROR_KEY],
             )
             return None
+    if msg.queued_at is None:
+        msg = msg.replace(queued_at=GoTime.now())
+    size = len(codec.encode_one(msg))
+    if size > conf.MAX_ROW_BYTES:
+        msg = cut_arguments(msg)
+        logger.warning(
+            "parking task without its arguments queue=%s path=%s bytes=%d limit=%d",
+            name,
+            msg.subject,
+            size,
+            conf.MAX_ROW_BYTES,
+        )
     key = queue.store_failed_msgs(name, msg)
     logger.info("parked failed task queue=%s key=%s path=%s", name, key.hex(), msg.subject)
     return key

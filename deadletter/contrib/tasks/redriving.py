@@ -1,6 +1,10 @@
 """The drain handler of parked tasks: enqueue the same task, with the same
 arguments, on the same backend and queue.
 
+Only a message the capture parked is redriven: its seal is checked before
+anything it names is imported, and a message without a valid seal, or whose
+arguments were cut at park time, is a `PermanentFailure`.
+
 Outcomes follow the drain's rules: a task that no longer imports is a
 `PermanentFailure` (dropped with its reason); a backend that ran it at once
 and saw it fail again is an ordinary failure (the row stays, `Attempts`
@@ -20,6 +24,7 @@ from deadletter.conf import conf
 from deadletter.contrib.tasks import capture, framework, inflight
 from deadletter.exceptions import PermanentFailure
 from deadletter.messages import Message
+from deadletter.queue import seals
 
 __all__ = ["TaskFailed", "TasksUnavailable", "redrive"]
 
@@ -33,6 +38,7 @@ class TasksUnavailable(Exception):
 
 
 def redrive(msg: Message) -> None:
+    _check_parked_here(msg)
     found = framework.find()
     if found is None:
         raise TasksUnavailable("neither django.tasks nor the django-tasks backport imports")
@@ -48,6 +54,23 @@ def redrive(msg: Message) -> None:
                 inflight.link(str(result.id), msg)
     if str(result.status) == framework.FAILED:
         raise TaskFailed(capture.error_line(result))
+
+
+def _check_parked_here(msg: Message) -> None:
+    """`PermanentFailure` unless the capture parked `msg` whole: its seal is
+    valid and its arguments were not cut. Nothing the message names is imported."""
+    try:
+        capture.SEAL.check(msg.extra)
+    except seals.SealBroken as exc:
+        raise PermanentFailure(f"refused to redrive, nothing imported: {exc}") from exc
+    cut = msg.extra.get(capture.TASK_ARGS_CUT)
+    if cut is not None:
+        record = cut if isinstance(cut, dict) else {}
+        raise PermanentFailure(
+            f"task {msg.extra.get(capture.TASK)}: its arguments were cut at park time "
+            f"({record.get('Bytes')} bytes, sha256 {record.get('SHA256')}), the message being "
+            "over DEADLETTER_MAX_ROW_BYTES; nothing to redrive it with"
+        )
 
 
 def _task_of(msg: Message, found: framework.Framework) -> tuple[Any, list[Any], dict[str, Any]]:
