@@ -12,7 +12,7 @@ from django.apps import AppConfig
 from django.core import checks
 from django.urls import URLResolver
 
-from deadletter.conf import conf
+from deadletter.conf import DEFAULT_API_THROTTLE_RATES, conf
 
 
 @checks.register("deadletter")
@@ -30,7 +30,35 @@ def check_settings(
             )
         )
     errors.extend(_check_database())
+    rates = throttle_rates_problem(conf.API_THROTTLE_RATES)
+    if rates is not None:
+        errors.append(
+            checks.Error(
+                f"{rates}.",
+                hint='For example DEADLETTER_API_THROTTLE_RATES = {"failed_auth": "30/min", '
+                '"user": None}; a rate is <count>/<s|sec|m|min|h|hour|d|day>, None is off.',
+                id="deadletter.E009",
+            )
+        )
     return errors
+
+
+RATE = re.compile(r"[1-9][0-9]*/(s|sec|m|min|h|hour|d|day)")
+
+
+def throttle_rates_problem(value: Any) -> str | None:
+    """What is wrong with `DEADLETTER_API_THROTTLE_RATES` (E009), or None: DRF
+    reads a rate only when a request comes, and a bad one fails every request."""
+    name = "DEADLETTER_API_THROTTLE_RATES"
+    if not isinstance(value, dict):
+        return f"{name} must be a dict of scope -> rate, got {value!r}"
+    for scope, rate in value.items():
+        if scope not in DEFAULT_API_THROTTLE_RATES:
+            known = ", ".join(repr(s) for s in DEFAULT_API_THROTTLE_RATES)
+            return f"{name} has the scope {scope!r}; the scopes are {known}"
+        if rate is not None and not (isinstance(rate, str) and RATE.fullmatch(rate)):
+            return f"{name}[{scope!r}] must be None or a rate such as '30/min', got {rate!r}"
+    return None
 
 
 SUPPORTED_VENDORS = ("sqlite", "postgresql")

@@ -17,6 +17,8 @@ from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS
 
 DEFAULT_MAX_QUEUE_AGE = timedelta(days=30)
+# Scope -> DRF rate; a project's DEADLETTER_API_THROTTLE_RATES updates these.
+DEFAULT_API_THROTTLE_RATES: dict[str, str | None] = {"failed_auth": "30/min", "user": None}
 
 _DEFAULTS: dict[str, Any] = {
     "MAX_QUEUE_AGE": DEFAULT_MAX_QUEUE_AGE,
@@ -27,6 +29,7 @@ _DEFAULTS: dict[str, Any] = {
     "ADMIN_TIME_BUDGET": 5.0,
     "EXPIRY_WARNING": None,
     "METRICS_TOKEN": None,
+    "API_THROTTLE_RATES": DEFAULT_API_THROTTLE_RATES,
 }
 _cache: dict[str, Any] = {}
 _cached_from: list[Any] = [None]
@@ -90,6 +93,14 @@ class Settings:
     def METRICS_TOKEN(self) -> str | None:
         """The bearer token the Prometheus endpoint asks for; unset: the endpoint is off."""
         return _read("METRICS_TOKEN") or None
+
+    @property
+    def API_THROTTLE_RATES(self) -> dict[str, str | None]:
+        """The API's throttle rates, DRF's "30/min" form or None (off): `failed_auth`
+        per client address, `user` per user; scopes a project leaves out keep
+        their default."""
+        rates = _read("API_THROTTLE_RATES")
+        return {**DEFAULT_API_THROTTLE_RATES, **rates} if isinstance(rates, dict) else rates
 
 
 conf = Settings()

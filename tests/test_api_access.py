@@ -1,12 +1,17 @@
-"""Who may call the API: no anonymous access; session, token and Basic
-authentication; one Django model permission per endpoint; each refusal."""
+"""Who may call the API: no anonymous access; token and session authentication,
+or the project's own classes (Basic only when the project enables it); one
+Django model permission per endpoint; each refusal."""
 
 from __future__ import annotations
 
 import base64
+from collections.abc import Iterator
 
 import pytest
 from django.contrib.auth.models import Permission, User
+from django.core.cache import cache
+from django.test import override_settings
+from rest_framework.authentication import TokenAuthentication
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
@@ -17,6 +22,22 @@ from deadletter.queue import fetch_failed_msgs, store_failed_msgs
 pytestmark = pytest.mark.django_db(transaction=True)
 
 API = "/api/deadletter"
+BASIC_AND_SESSION = override_settings(
+    REST_FRAMEWORK={
+        "DEFAULT_AUTHENTICATION_CLASSES": [
+            "rest_framework.authentication.BasicAuthentication",
+            "rest_framework.authentication.SessionAuthentication",
+        ]
+    }
+)
+
+
+@pytest.fixture(autouse=True)
+def no_failures_counted() -> Iterator[None]:
+    """Failed authentications are counted in the cache, per address: none carried over."""
+    cache.clear()
+    yield
+    cache.clear()
 
 
 def user_with(*codenames: str) -> User:
@@ -68,14 +89,69 @@ def test_a_token_authenticates() -> None:
     assert client.get(f"{API}/queues/").json()[0]["depth"] == 1
 
 
-def test_basic_authentication_works() -> None:
-    user_with("view_queuedmessage")
+def basic_client(username: str, password: str) -> APIClient:
     client = APIClient()
-    pair = base64.b64encode(b"service:s3cret").decode()
+    pair = base64.b64encode(f"{username}:{password}".encode()).decode()
     client.credentials(HTTP_AUTHORIZATION=f"Basic {pair}")
-    assert client.get(f"{API}/queues/").status_code == 200
-    client.credentials(HTTP_AUTHORIZATION=f"Basic {base64.b64encode(b'service:no').decode()}")
+    return client
+
+
+def test_basic_credentials_are_refused_unless_the_project_enables_basic() -> None:
+    user_with("view_queuedmessage")
+    response = basic_client("service", "s3cret").get(f"{API}/queues/")
+    assert response.status_code == 401
+    assert response["WWW-Authenticate"] == "Token"
+
+
+@BASIC_AND_SESSION
+def test_a_project_that_enables_basic_gets_it() -> None:
+    user_with("view_queuedmessage")
+    assert basic_client("service", "s3cret").get(f"{API}/queues/").status_code == 200
+    refused = basic_client("service", "no").get(f"{API}/queues/")
+    assert refused.status_code == 401
+    assert refused["WWW-Authenticate"] == 'Basic realm="api"'
+
+
+@BASIC_AND_SESSION
+def test_the_project_classes_replace_token_and_session() -> None:
+    client = token_client(user_with("view_queuedmessage"))
+    response = client.get(f"{API}/queues/")
+    assert response.status_code == 401
+    assert response["WWW-Authenticate"] == 'Basic realm="api"'
+
+
+class BearerAuthentication(TokenAuthentication):
+    keyword = "Bearer"
+
+
+@override_settings(
+    REST_FRAMEWORK={
+        "DEFAULT_AUTHENTICATION_CLASSES": ["tests.test_api_access.BearerAuthentication"]
+    }
+)
+def test_the_projects_own_token_class_authenticates_and_challenges() -> None:
+    park()
+    key = Token.objects.create(user=user_with("view_queuedmessage")).key
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
+    assert client.get(f"{API}/queues/").json()[0]["depth"] == 1
+    anonymous = APIClient().get(f"{API}/queues/")
+    assert anonymous.status_code == 401
+    assert anonymous["WWW-Authenticate"] == "Bearer"
+    client.credentials(HTTP_AUTHORIZATION=f"Token {key}")
     assert client.get(f"{API}/queues/").status_code == 401
+
+
+@override_settings(
+    REST_FRAMEWORK={
+        "DEFAULT_AUTHENTICATION_CLASSES": ["rest_framework.authentication.SessionAuthentication"]
+    }
+)
+def test_a_first_class_without_a_challenge_answers_403_as_drf_does() -> None:
+    assert APIClient().get(f"{API}/queues/").status_code == 403
+    client = APIClient()
+    client.force_login(user_with("view_queuedmessage"))
+    assert client.get(f"{API}/queues/").status_code == 200
 
 
 def test_a_session_works_and_needs_the_csrf_token_to_write() -> None:

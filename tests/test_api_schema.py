@@ -2,18 +2,27 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
 from django.contrib.auth.models import User
 from django.contrib.staticfiles import finders
-from django.test import modify_settings
+from django.test import modify_settings, override_settings
 from drf_spectacular.validation import validate_schema
 from rest_framework.test import APIClient
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 API = "/api/deadletter"
+
+
+def schema_auth_names(docs_page: str) -> list[str]:
+    """The schemes Swagger UI sends credentials of when it fetches the schema."""
+    found = re.search(r"const schemaAuthNames = (.*?);", docs_page, re.DOTALL)
+    assert found
+    names: list[str] = json.loads(found.group(1))
+    return names
 
 
 @pytest.fixture
@@ -36,13 +45,31 @@ def test_the_schema_is_valid_openapi_3_of_this_api_only(api) -> None:
         f"{API}/queues/{{name}}/drain/",
         f"{API}/queues/{{name}}/messages/",
     ]
-    assert set(schema["components"]["securitySchemes"]) == {"tokenAuth", "basicAuth", "cookieAuth"}
+    assert set(schema["components"]["securitySchemes"]) == {"tokenAuth", "cookieAuth"}
+
+
+@override_settings(
+    REST_FRAMEWORK={
+        "DEFAULT_AUTHENTICATION_CLASSES": [
+            "rest_framework.authentication.BasicAuthentication",
+            "rest_framework.authentication.SessionAuthentication",
+        ]
+    }
+)
+def test_the_schema_names_the_projects_authentication(api) -> None:
+    schema = api.get(f"{API}/schema/", {"format": "json"}).json()
+    validate_schema(schema)
+    assert set(schema["components"]["securitySchemes"]) == {"basicAuth", "cookieAuth"}
+    park = schema["paths"][f"{API}/queues/{{name}}/messages/"]["post"]
+    assert park["security"] == [{"basicAuth": []}, {"cookieAuth": []}]
+    docs = api.get(f"{API}/schema/docs/").content.decode()
+    assert schema_auth_names(docs) == ["basicAuth", "cookieAuth"]
 
 
 def test_the_schema_documents_every_answer_of_each_operation(api) -> None:
     paths = api.get(f"{API}/schema/", {"format": "json"}).json()["paths"]
     park = paths[f"{API}/queues/{{name}}/messages/"]["post"]
-    assert {"201", "400", "401", "403", "503"} <= set(park["responses"])
+    assert {"201", "400", "401", "403", "429", "503"} <= set(park["responses"])
     delete = paths[f"{API}/messages/{{key}}/"]["delete"]
     assert {"204", "404", "503"} <= set(delete["responses"])
     drain = paths[f"{API}/queues/{{name}}/drain/"]["post"]
@@ -56,6 +83,7 @@ def test_the_docs_page_loads_swagger_ui_from_this_site(api) -> None:
     assert "/static/drf_spectacular_sidecar/swagger-ui-dist/swagger-ui-bundle.js" in html
     assert f"{API}/schema/" in html
     assert not re.search(r"(src|href)=\"https?://", html), "no asset from another host"
+    assert schema_auth_names(html) == ["tokenAuth", "cookieAuth"]
     # Served by the project's static files, like the admin's.
     assert finders.find("drf_spectacular_sidecar/swagger-ui-dist/swagger-ui-bundle.js")
 

@@ -1,6 +1,12 @@
-"""What every API view shares: who may call it, what it reads and renders,
-and how failures answer. Set on the views, not taken from the project's
-`REST_FRAMEWORK` settings, so the API behaves the same in every project.
+"""What every API view shares: who may call it, how often, what it reads and
+renders, and how failures answer.
+
+Authentication and throttle classes follow the project's `REST_FRAMEWORK`, as
+every DRF view does, with two differences: without `DEFAULT_AUTHENTICATION_CLASSES`
+the API takes token and session, not DRF's session and Basic (a password on
+every request); and its own throttles, rated by `DEADLETTER_API_THROTTLE_RATES`,
+come on top, so failed authentications are slowed in any project. Parsers,
+renderers and permissions are the API's own, the same everywhere.
 """
 
 from __future__ import annotations
@@ -11,13 +17,13 @@ from collections.abc import Callable
 from typing import Any, ClassVar, TypeVar
 
 from django.apps import apps
+from django.conf import settings
 from django.db import DatabaseError
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.utils import extend_schema
 from rest_framework import exceptions, status
 from rest_framework.authentication import (
     BaseAuthentication,
-    BasicAuthentication,
     SessionAuthentication,
     TokenAuthentication,
 )
@@ -26,9 +32,13 @@ from rest_framework.permissions import BasePermission
 from rest_framework.renderers import BaseRenderer, BrowsableAPIRenderer, JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.settings import api_settings
+from rest_framework.throttling import BaseThrottle, SimpleRateThrottle, UserRateThrottle
 from rest_framework.views import APIView, exception_handler
 
+from deadletter.api.converters import captured_utf8
 from deadletter.api.serializers import max_message_bytes
+from deadletter.conf import conf
 from deadletter.exceptions import DeadletterError
 
 logger = logging.getLogger("deadletter")
@@ -41,7 +51,8 @@ DRAIN = "deadletter.drain_queuedmessage"
 
 class ModelPermission(BasePermission):
     """The Django model permission the view names for the request's method;
-    nothing for anonymous callers (401 with the token challenge)."""
+    nothing for anonymous callers (401 with the first authentication class's
+    challenge, the token's by default; 403 when that class has none, as in DRF)."""
 
     def has_permission(self, request: Request, view: Any) -> bool:
         user = request.user
@@ -114,10 +125,71 @@ def openapi(**kwargs: Any) -> Callable[[_F], _F]:
     return decorate
 
 
+def authenticators() -> list[BaseAuthentication]:
+    """The project's `DEFAULT_AUTHENTICATION_CLASSES` when it sets them, else token
+    (with `rest_framework.authtoken` installed) and session: Basic only if the
+    project asks for it. Read per request, so `override_settings` applies."""
+    if "DEFAULT_AUTHENTICATION_CLASSES" in getattr(settings, "REST_FRAMEWORK", {}):
+        return [cls() for cls in api_settings.DEFAULT_AUTHENTICATION_CLASSES]
+    found: list[BaseAuthentication] = []
+    if apps.is_installed("rest_framework.authtoken"):
+        found.append(TokenAuthentication())
+    found.append(SessionAuthentication())
+    return found
+
+
+class ConfiguredRate:
+    """A throttle rated by `DEADLETTER_API_THROTTLE_RATES[scope]` (None: off), in
+    cache keys of its own, apart from the project's DRF throttles."""
+
+    scope: ClassVar[str]
+    cache_format = "deadletter-throttle-%(scope)s-%(ident)s"
+
+    def get_rate(self) -> str | None:
+        rate: str | None = conf.API_THROTTLE_RATES.get(self.scope)
+        return rate
+
+
+class FailedAuthThrottle(ConfiguredRate, SimpleRateThrottle):
+    """Failed authentications (a wrong password or token) per client address, as
+    DRF's `get_ident` reads it (`NUM_PROXIES`). Past the rate, every request from
+    the address is a 429 with Retry-After before its credentials are checked, so
+    guessing goes no faster than the rate whatever the authentication classes."""
+
+    scope = "failed_auth"
+
+    def get_cache_key(self, request: Request, view: Any) -> str:
+        return self.cache_format % {"scope": self.scope, "ident": self.get_ident(request)}
+
+    def throttle_success(self) -> bool:
+        return True  # only a failure counts: `record_failure`
+
+    def wait(self) -> float:
+        """Seconds until enough failures leave the window for the address to be under the rate."""
+        return float(self.duration - (self.now - self.history[self.num_requests - 1]))
+
+    def record_failure(self) -> None:
+        """Count one failure, on the history read again: checking a password takes
+        long enough for other requests from the address to have failed meanwhile."""
+        if self.rate is None:
+            return
+        now = self.timer()
+        history = [t for t in self.cache.get(self.key, []) if t > now - self.duration]
+        self.cache.set(self.key, [now, *history], self.duration)
+
+
+class UserThrottle(ConfiguredRate, UserRateThrottle):
+    """Requests per user, after authentication and permissions (off by default:
+    services park through the API, most of all during an incident)."""
+
+    scope = "user"
+
+
 class DeadletterView(APIView):
-    """The API's base view: session, token and Basic authentication; one model
-    permission per method; JSON in, JSON out (plus the browsable API when
-    `rest_framework` is an installed app, since its templates live there)."""
+    """The API's base view: the authentication above; one model permission per
+    method; the project's throttles and the API's own; JSON in, JSON out (plus the
+    browsable API when `rest_framework` is an installed app, since its templates
+    live there); a 400 for text captured from the URL that was not UTF-8."""
 
     permission_classes = [ModelPermission]
     parser_classes = [BoundedJSONParser]
@@ -128,11 +200,35 @@ class DeadletterView(APIView):
     in_schema: ClassVar[bool] = True
 
     def get_authenticators(self) -> list[BaseAuthentication]:
-        found: list[BaseAuthentication] = []
-        if apps.is_installed("rest_framework.authtoken"):
-            found.append(TokenAuthentication())
-        found += [BasicAuthentication(), SessionAuthentication()]
-        return found
+        return authenticators()
+
+    def get_throttles(self) -> list[BaseThrottle]:
+        return [cls() for cls in api_settings.DEFAULT_THROTTLE_CLASSES] + [UserThrottle()]
+
+    def perform_authentication(self, request: Request) -> None:
+        failures = FailedAuthThrottle()
+        if not failures.allow_request(request, self):
+            request.authenticators = ()  # anonymous, the credentials unread
+            super().perform_authentication(request)
+            self.throttled(request, failures.wait())
+        try:
+            super().perform_authentication(request)
+        except exceptions.AuthenticationFailed:
+            failures.record_failure()
+            raise
+
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        super().initial(request, *args, **kwargs)
+        if kwargs and not captured_utf8(request, kwargs.values()):
+            raise exceptions.ValidationError(
+                {
+                    field: [
+                        "The URL is not UTF-8 once percent-decoded. Percent-encode the "
+                        "UTF-8 bytes of the text, and a literal '%' as %25."
+                    ]
+                    for field in kwargs
+                }
+            )
 
     def get_renderers(self) -> list[BaseRenderer]:
         renderers: list[BaseRenderer] = [JSONRenderer()]

@@ -9,6 +9,7 @@ from typing import Any
 from django.apps import apps
 from django.http import HttpResponseNotFound
 from django.templatetags.static import static
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.generators import SchemaGenerator
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.request import Request
@@ -80,6 +81,16 @@ class DocsView(DeadletterView, SpectacularSwaggerView):
             )
         response: Response = super().get(request, *args, **kwargs)
         return response
+
+    def _get_schema_auth_names(self) -> list[str]:
+        """The schemes Swagger UI may send when it fetches the schema: the API's
+        authentication, not drf-spectacular's `SERVE_AUTHENTICATION`."""
+        names: list[str] = []
+        for authenticator in self.get_authenticators():
+            scheme = OpenApiAuthenticationExtension.get_match(authenticator)
+            if scheme is not None:
+                names += [scheme.name] if isinstance(scheme.name, str) else scheme.name
+        return names
 
     @staticmethod
     def _swagger_ui_resource(filename: str) -> str:

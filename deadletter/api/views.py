@@ -52,6 +52,10 @@ KEY = OpenApiParameter(
 REFUSALS: dict[int, Any] = {
     401: OpenApiResponse(ErrorSerializer, description="Not authenticated."),
     403: OpenApiResponse(ErrorSerializer, description="Lacks the model permission."),
+    429: OpenApiResponse(
+        ErrorSerializer,
+        description="Throttled (DEADLETTER_API_THROTTLE_RATES): wait Retry-After seconds.",
+    ),
     503: OpenApiResponse(ErrorSerializer, description="The queue database failed."),
 }
 BAD = OpenApiResponse(
