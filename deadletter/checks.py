@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Sequence
@@ -9,6 +10,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.apps import AppConfig
+from django.conf import settings
 from django.core import checks
 from django.urls import URLResolver
 
@@ -230,4 +232,56 @@ def max_attempts_problem(value: Any) -> str | None:
     refuses to start on the same text."""
     if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
         return f"DEADLETTER_MAX_ATTEMPTS must be None or an int of at least 1, got {value!r}"
+    return None
+
+
+@checks.register("deadletter")
+def check_time_limits(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[checks.CheckMessage]:
+    """The drain's time limits are read when a drain starts: a bad one would fail
+    the first drain after an incident, or every drain from the web, not the deploy."""
+    errors: list[checks.CheckMessage] = []
+    timeout = handler_timeout_problem(conf.HANDLER_TIMEOUT)
+    if timeout is not None:
+        errors.append(
+            checks.Error(
+                f"{timeout}.",
+                hint="Leave it unset for no limit, or give the seconds a handler may "
+                "take, e.g. DEADLETTER_HANDLER_TIMEOUT = 30.",
+                id="deadletter.E010",
+            )
+        )
+    for name in ("ADMIN_TIME_BUDGET", "API_TIME_BUDGET"):
+        value = getattr(settings, f"DEADLETTER_{name}", _UNSET)
+        seconds = _seconds(value)
+        if value is not _UNSET and (seconds is None or seconds < 0):
+            errors.append(
+                checks.Error(
+                    f"DEADLETTER_{name} must be a number of seconds of at least 0, got {value!r}.",
+                    hint=f"Leave it unset for its default, or set e.g. DEADLETTER_{name} = 5.",
+                    id="deadletter.E011",
+                )
+            )
+    return errors
+
+
+_UNSET = object()
+
+
+def _seconds(value: Any) -> float | None:
+    """`value` as seconds when it is a finite int or float (not a bool), else None."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
+
+
+def handler_timeout_problem(value: Any) -> str | None:
+    """What is wrong with `DEADLETTER_HANDLER_TIMEOUT` (E010), or None; the drain
+    refuses to start on the same text."""
+    seconds = _seconds(value)
+    if value is not None and (seconds is None or seconds <= 0):
+        return (
+            f"DEADLETTER_HANDLER_TIMEOUT must be None or a number of seconds above 0, got {value!r}"
+        )
     return None

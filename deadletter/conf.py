@@ -27,6 +27,8 @@ _DEFAULTS: dict[str, Any] = {
     "MAX_ATTEMPTS": None,
     "MAX_ROW_BYTES": 4 * 2**20,
     "ADMIN_TIME_BUDGET": 5.0,
+    "API_TIME_BUDGET": 25.0,
+    "HANDLER_TIMEOUT": None,
     "EXPIRY_WARNING": None,
     "METRICS_TOKEN": None,
     "API_THROTTLE_RATES": DEFAULT_API_THROTTLE_RATES,
@@ -82,6 +84,19 @@ class Settings:
         """Seconds an admin request may spend on bulk work (retry, delete, drain,
         purge) before it stops and says how much is left."""
         return float(_read("ADMIN_TIME_BUDGET"))
+
+    @property
+    def API_TIME_BUDGET(self) -> float:
+        """Seconds an API drain may take: it stops handing messages over then, and a
+        handler still running is given up on (under a proxy's usual 30 s)."""
+        return float(_read("API_TIME_BUDGET"))
+
+    @property
+    def HANDLER_TIMEOUT(self) -> float | None:
+        """Seconds a handler may run before the drain gives up on it (a failed
+        attempt) and settles its row; None: no limit, the handler runs inline.
+        Drains from the web also stop it at what is left of their budget."""
+        return _read("HANDLER_TIMEOUT")
 
     @property
     def EXPIRY_WARNING(self) -> timedelta | None:

@@ -25,7 +25,7 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 
 from deadletter import keys
-from deadletter.management.commands.deadletter_drain import rate
+from deadletter.management.commands.deadletter_drain import Command, rate, seconds
 from deadletter.messages import Message
 from deadletter.models import QueuedMessage
 from deadletter.queue import fetch_failed_msgs, store_failed_msgs
@@ -421,3 +421,44 @@ def test_a_terminal_gets_a_progress_bar(subprocess_env: dict[str, str], tmp_path
     assert proc.wait(timeout=60) == 0
     assert b"draining: 100%" in screen
     assert b"2/2" in screen
+
+
+# --- --grace: the first signal stops a hanging handler too --------------------------------
+
+
+def test_grace_defaults_to_ten_seconds() -> None:
+    parser = Command().create_parser("manage.py", "deadletter_drain")
+    assert parser.parse_args([]).grace == 10.0
+    assert parser.parse_args(["--grace", "2.5"]).grace == 2.5
+
+
+@pytest.mark.parametrize("text", ["-1", "soon", "inf", "nan"])
+def test_grace_refuses_anything_but_seconds_of_at_least_zero(text: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError):
+        seconds(text)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workers", [1, 2])
+def test_one_sigterm_stops_hanging_handlers_after_the_grace_and_leaves_their_rows(
+    subprocess_env: dict[str, str], tmp_path: Path, workers: int
+) -> None:
+    """Each handler waits for a gate that never opens: without the grace the
+    drain would never end after one SIGTERM."""
+    if workers > 1 and connection.vendor != "postgresql":
+        pytest.skip("--workers needs PostgreSQL")
+    park("one", "two")
+    drain = Drain.gated(subprocess_env, tmp_path, "--workers", str(workers), "--grace", "1")
+    drain.wait_for(
+        lambda: drain.in_hand.exists() and len(drain.in_hand.read_text().splitlines()) == workers
+    )
+    drain.proc.send_signal(signal.SIGTERM)
+    sent = time.monotonic()
+    assert drain.wait() == 128 + signal.SIGTERM, drain.output()
+    assert time.monotonic() - sent < 30
+    assert "grace ran out" in drain.output()
+    assert recorded(drain.record) == []
+    assert [(q.msg.subject, q.msg.extra) for q in fetch_failed_msgs("q")] == [
+        ("one", {}),
+        ("two", {}),
+    ]

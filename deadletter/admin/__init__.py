@@ -5,12 +5,15 @@ straight off the primary-key index, a page at a time by key, never counted;
 the key travels in URLs and forms as hex because the model's key field says
 so (`models.HexKeyField`). Deleting goes through `queue.dequeue` and retrying
 through `drain.redeliver`, so signals and logs match the drain's; bulk work is
-chunked and bounded in time (`bulk`). The queue overview (`overview`) adds
-per-queue ages, expiries and failures grouped by cause.
+chunked and bounded in time (`bulk`), and the views that do it run outside the
+request's transaction (`drain.outside_request_transactions`), each row settled
+on its own. The queue overview (`overview`) adds per-queue ages, expiries and
+failures grouped by cause.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from django.contrib import admin, messages
@@ -105,6 +108,7 @@ class QueuedMessageAdmin(admin.ModelAdmin):
 
     # -- pages
 
+    @drain.outside_request_transactions
     def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> Any:
         context = {"overview_url": reverse("admin:deadletter_overview"), **(extra_context or {})}
         return super().changelist_view(request, context)
@@ -129,14 +133,18 @@ class QueuedMessageAdmin(admin.ModelAdmin):
     def overview_view(self, request: HttpRequest) -> HttpResponse:
         return overview.overview_page(self, request)
 
+    @drain.outside_request_transactions
     def drain_view(self, request: HttpRequest) -> HttpResponse:
         return overview.drain_page(self, request)
 
+    @drain.outside_request_transactions
     def purge_view(self, request: HttpRequest) -> HttpResponse:
         return overview.purge_page(self, request)
 
+    @drain.outside_request_transactions
     def retry_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
-        """The message page's "Retry now": one row through `drain.redeliver`."""
+        """The message page's "Retry now": one row through `drain.redeliver`, its
+        handler given up on after the admin's time budget."""
         if not self.has_drain_permission(request):
             raise PermissionDenied
         obj = self.get_object(request, object_id)
@@ -145,7 +153,8 @@ class QueuedMessageAdmin(admin.ModelAdmin):
                 request, self.opts, object_id
             )
         try:
-            report = drain.redeliver([obj.key_bytes])
+            deadline = time.monotonic() + conf.ADMIN_TIME_BUDGET
+            report = drain.redeliver([obj.key_bytes], deadline=deadline)
         except (drain.DrainConfigError, drain.DrainLocked) as exc:
             self.message_user(request, str(exc), messages.ERROR)
         else:
@@ -170,8 +179,9 @@ class QueuedMessageAdmin(admin.ModelAdmin):
         text = retried_text(report)
         level = retried_level(report)
         if progress.left:
+            why = "hung handlers" if progress.stopped_by == "hung handlers" else "the time budget"
             text += (
-                f" Stopped after the time budget: {progress.left_text} selected message(s) "
+                f" Stopped after {why}: {progress.left_text} selected message(s) "
                 "left for deadletter_drain (or select them again)."
             )
             level = messages.WARNING

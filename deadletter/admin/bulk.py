@@ -1,7 +1,8 @@
 """Bulk work from the admin, bounded: keys are read a chunk at a time by key
 (never every selected key in one list), each row is settled in its own short
 transaction (never one over the whole set), and a request stops after
-`DEADLETTER_ADMIN_TIME_BUDGET` seconds, saying what is left.
+`DEADLETTER_ADMIN_TIME_BUDGET` seconds, saying what is left; a retry's handler
+still running then is given up on (`drain.redeliver`'s deadline).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ class Progress:
     left: int = 0
     left_capped: bool = False
     report: drain.DrainReport | None = None
+    stopped_by: str | None = None
 
     @property
     def left_text(self) -> str:
@@ -48,34 +50,44 @@ def key_chunks(queryset: QuerySet[QueuedMessage], size: int = CHUNK) -> Iterator
         last = chunk[-1]
 
 
+Work = Callable[[list[bytes], float], tuple[int, int]]
+
+
 def run_bounded(
-    queryset: QuerySet[QueuedMessage],
-    work: Callable[[list[bytes]], int],
-    *,
-    budget: float | None = None,
+    queryset: QuerySet[QueuedMessage], work: Work, *, budget: float | None = None
 ) -> Progress:
-    """Apply `work` to the selected keys chunk by chunk until done or out of time."""
+    """Apply `work` to the selected keys chunk by chunk until done or out of time.
+
+    `work(chunk, deadline)` answers (rows done, rows of the chunk it did not
+    reach before `deadline`); a chunk cut short ends the run.
+    """
     budget = conf.ADMIN_TIME_BUDGET if budget is None else budget
     deadline = time.monotonic() + budget
     progress = Progress()
     last: bytes | None = None
+    unreached = 0
     for chunk in key_chunks(queryset):
         if time.monotonic() >= deadline:
-            rest = queryset.filter(key__gt=last) if last is not None else queryset
-            left = rest.order_by().values_list("key", flat=True)[: LEFT_CAP + 1].count()
-            progress.left, progress.left_capped = min(left, LEFT_CAP), left > LEFT_CAP
             break
-        progress.done += work(chunk)
+        done, unreached = work(chunk, deadline)
+        progress.done += done
         last = chunk[-1]
+        if unreached:
+            break
+    else:
+        return progress
+    rest = queryset.filter(key__gt=last) if last is not None else queryset
+    left = unreached + rest.order_by().values_list("key", flat=True)[: LEFT_CAP + 1].count()
+    progress.left, progress.left_capped = min(left, LEFT_CAP), left > LEFT_CAP
     return progress
 
 
 def delete(queryset: QuerySet[QueuedMessage], log: Callable[[list[bytes]], None]) -> Progress:
     """Dequeue every selected row (signals and logs as a drain's), `log` per chunk."""
 
-    def work(chunk: list[bytes]) -> int:
+    def work(chunk: list[bytes], deadline: float) -> tuple[int, int]:
         log(chunk)
-        return sum(1 for key in chunk if queue.dequeue(key))
+        return sum(1 for key in chunk if queue.dequeue(key)), 0
 
     return run_bounded(queryset, work)
 
@@ -87,10 +99,10 @@ def retry(queryset: QuerySet[QueuedMessage]) -> Progress:
     """
     total: list[drain.DrainReport] = []
 
-    def work(chunk: list[bytes]) -> int:
-        report = drain.redeliver(chunk)
+    def work(chunk: list[bytes], deadline: float) -> tuple[int, int]:
+        report = drain.redeliver(chunk, deadline=deadline)
         total.append(report)
-        return report.handled
+        return report.handled, report.unreached
 
     progress = run_bounded(queryset, work)
     if total:
@@ -98,4 +110,5 @@ def retry(queryset: QuerySet[QueuedMessage]) -> Progress:
         for report in total[1:]:
             merged.merge(report.as_dict())
         progress.report = merged
+        progress.stopped_by = total[-1].stopped_by
     return progress

@@ -4,12 +4,12 @@ Each operation is a confirmation page (GET) and a POST with CSRF, allowed to
 holders of `deadletter.drain_queuedmessage` only (others get 403); the work
 itself is the drain's (`drain.Drainer`) and the queue's (`queue.fetch_msg`,
 which drops an expired message by the queue's own rule), bounded by
-`DEADLETTER_ADMIN_TIME_BUDGET`.
+`DEADLETTER_ADMIN_TIME_BUDGET`: a drain's handler still running when it ends
+is given up on.
 """
 
 from __future__ import annotations
 
-import threading
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -81,8 +81,10 @@ def overview_page(model_admin: QueuedMessageAdmin, request: HttpRequest) -> Http
     listed = [
         {
             "q": q,
-            "age": rows.age(q.oldest_enqueued, now),
-            "failure_age": rows.age(q.oldest_failure, now),
+            "parked": rows.render_time(q.oldest_enqueued),
+            "age": rows.ago(q.oldest_enqueued, now),
+            "failure": rows.render_time(q.oldest_failure),
+            "failure_age": rows.ago(q.oldest_failure, now),
             "dropped": [
                 (reason.replace("_", " "), n) for reason, n in dropped.get(q.name, {}).items() if n
             ],
@@ -115,9 +117,12 @@ def drain_page(model_admin: QueuedMessageAdmin, request: HttpRequest) -> HttpRes
         name = form.cleaned_data["queue"] or None
         try:
             drainer = drain.Drainer(
-                [name] if name else None, limit=form.cleaned_data["limit"], log_progress=False
+                [name] if name else None,
+                limit=form.cleaned_data["limit"],
+                log_progress=False,
+                budget=conf.ADMIN_TIME_BUDGET,
             )
-            report = _run_within_budget(drainer)
+            report = drainer.run()
         except (drain.DrainConfigError, drain.DrainLocked) as exc:
             model_admin.message_user(request, str(exc), messages.ERROR)
         else:
@@ -128,6 +133,11 @@ def drain_page(model_admin: QueuedMessageAdmin, request: HttpRequest) -> HttpRes
             )
             if report.stopped_by == "time budget":
                 text += " Stopped after the time budget; run deadletter_drain for the rest."
+            elif report.stopped_by == "hung handlers":
+                text += (
+                    f" Stopped: {drain.hung_handlers()} handler(s) that did not return in "
+                    "time still run in this server process; run deadletter_drain for the rest."
+                )
             level = messages.WARNING if report.failed or report.errors else messages.SUCCESS
             model_admin.message_user(request, text, level)
         return redirect("admin:deadletter_overview")
@@ -139,15 +149,6 @@ def drain_page(model_admin: QueuedMessageAdmin, request: HttpRequest) -> HttpRes
         handlers=sorted(conf.HANDLERS.items()),
     )
     return TemplateResponse(request, "admin/deadletter/queuedmessage/drain_confirm.html", context)
-
-
-def _run_within_budget(drainer: drain.Drainer) -> drain.DrainReport:
-    timer = threading.Timer(conf.ADMIN_TIME_BUDGET, drainer.stop, kwargs={"reason": "time budget"})
-    timer.start()
-    try:
-        return drainer.run()
-    finally:
-        timer.cancel()
 
 
 def purge_page(model_admin: QueuedMessageAdmin, request: HttpRequest) -> HttpResponse:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.utils.decorators import method_decorator
 from drf_spectacular.utils import OpenApiResponse
 from rest_framework import exceptions, status
 from rest_framework.request import Request
@@ -15,6 +16,7 @@ from deadletter.api.serializers import (
     ErrorSerializer,
 )
 from deadletter.api.views import BAD, NAME, REFUSALS, valid_name
+from deadletter.conf import conf
 
 
 class Conflict(exceptions.APIException):
@@ -23,11 +25,16 @@ class Conflict(exceptions.APIException):
     default_code = "drain_locked"
 
 
+@method_decorator(drain.outside_request_transactions, name="dispatch")
 class QueueDrain(DeadletterView):
     """Hand up to `limit` messages of the queue to its handler, as
     `manage.py deadletter_drain --queue NAME --limit N` does, and answer the
-    report. 409 when a drain already holds the queue (SQLite allows one at a
-    time); 400 when the queue has no handler in `DEADLETTER_HANDLERS`."""
+    report. Each message's outcome commits on its own, never in the request's
+    transaction. The drain stops after `DEADLETTER_API_TIME_BUDGET` seconds
+    (`stopped_by` "time budget"): a handler still running then is given up on
+    and its message stays queued, the attempt counted. 409 when a drain
+    already holds the queue (SQLite allows one at a time); 400 when the queue
+    has no handler in `DEADLETTER_HANDLERS`."""
 
     permissions = {"POST": DRAIN}
 
@@ -47,7 +54,9 @@ class QueueDrain(DeadletterView):
         asked = DrainRequestSerializer(data=dict(body))
         asked.is_valid(raise_exception=True)
         try:
-            drainer = drain.Drainer([name], limit=asked.validated_data["limit"])
+            drainer = drain.Drainer(
+                [name], limit=asked.validated_data["limit"], budget=conf.API_TIME_BUDGET
+            )
             report = drainer.run()
         except drain.DrainConfigError as exc:
             raise exceptions.ValidationError({"name": [str(exc)]}) from None

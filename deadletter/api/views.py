@@ -7,13 +7,14 @@ import time
 from typing import Any
 
 from django.urls import reverse
+from django.utils.decorators import method_decorator
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
 from rest_framework import serializers, status
 from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from deadletter import inspection, keys, queue, summaries
+from deadletter import drain, inspection, keys, queue, summaries
 from deadletter.api.access import (
     ADD,
     DELETE,
@@ -141,6 +142,7 @@ class MessageList(DeadletterView):
         return Response(parked.data, status=status.HTTP_201_CREATED, headers={"Location": location})
 
 
+@method_decorator(drain.outside_request_transactions, name="dispatch")
 class MessageDetail(DeadletterView):
     """One row by key; DELETE removes it: 204 removed, 404 not there, 503 when the
     database failed (the row then stays)."""

@@ -8,7 +8,9 @@ returned, so a crash at any point hands the message in hand over again.
 One module a job: `handlers` (loading and checking them), `outcomes` (the
 rules and the run's `DrainReport`), `locking` (SQLite's one drain per queue),
 `workers` (forked workers on PostgreSQL), `run` (the `Drainer` loop),
-`stopping` (signals) and `retry` (`redeliver`, the admin's "retry these").
+`stopping` (signals), `timeouts` (handlers under a time limit), `retry`
+(`redeliver`, the admin's "retry these") and `web` (views outside the
+request's transaction).
 """
 
 from __future__ import annotations
@@ -27,13 +29,23 @@ from deadletter.drain.outcomes import (
 )
 from deadletter.drain.retry import redeliver
 from deadletter.drain.run import PROGRESS_EVERY, Drainer
-from deadletter.drain.stopping import SignalGuard
+from deadletter.drain.stopping import DEFAULT_GRACE, SignalGuard
+from deadletter.drain.timeouts import (
+    MAX_HUNG_HANDLERS,
+    HandlerTimeout,
+    HungHandlers,
+    TimeLimit,
+    hung_handlers,
+)
+from deadletter.drain.web import outside_request_transactions
 
 __all__ = [
     "ATTEMPTS_KEY",
+    "DEFAULT_GRACE",
     "DROP_REASONS",
     "LAST_ERROR_KEY",
     "LAST_ERROR_LIMIT",
+    "MAX_HUNG_HANDLERS",
     "PROGRESS_EVERY",
     "DrainAborted",
     "DrainConfigError",
@@ -42,11 +54,16 @@ __all__ = [
     "Drainer",
     "Handler",
     "HandlerProblem",
+    "HandlerTimeout",
+    "HungHandlers",
     "Outcome",
     "QueueLock",
     "SignalGuard",
+    "TimeLimit",
     "deliver",
     "handler_problems",
+    "hung_handlers",
     "load_handlers",
+    "outside_request_transactions",
     "redeliver",
 ]

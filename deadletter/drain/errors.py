@@ -24,14 +24,16 @@ class DrainLocked(DeadletterError):
 
 
 class DrainAborted(BaseException):  # noqa: N818  (like KeyboardInterrupt: not an error to catch)
-    """A second stop signal: stop at once, leaving the message in hand queued.
+    """A second stop signal, or the first one's grace running out (`grace` then
+    holds its seconds): stop at once, leaving the message in hand queued.
 
     A BaseException, so a handler's `except Exception` does not swallow it.
     """
 
-    def __init__(self, signum: int) -> None:
+    def __init__(self, signum: int, *, grace: float | None = None) -> None:
         super().__init__(signum)
         self.signum = signum
+        self.grace = grace
         self.report: DrainReport | None = None
 
     @property

@@ -16,6 +16,7 @@ from deadletter.checks import max_attempts_problem
 from deadletter.conf import conf
 from deadletter.drain.errors import DrainConfigError
 from deadletter.drain.handlers import Handler
+from deadletter.drain.timeouts import HungHandlers, call_within
 from deadletter.exceptions import PermanentFailure
 from deadletter.messages import Message
 from deadletter.queue import ATTEMPTS_KEY, LAST_ERROR_KEY, DropReason
@@ -53,6 +54,7 @@ def deliver(
     *,
     max_attempts: int | None = None,
     savepoint: bool = False,
+    timeout: float | None = None,
 ) -> Outcome:
     """Hand one message to `handler` and settle its row by what happened.
 
@@ -68,9 +70,17 @@ def deliver(
     failing handler inside the caller's claim transaction are undone while
     the failure is still recorded. A `BaseException` (`DrainAborted`) passes
     through and leaves the row as it was.
+
+    With `timeout` (seconds) the handler runs in a thread of its own
+    (`timeouts.call_within`) and one that has not returned by then is a failed
+    attempt (`HandlerTimeout`), settled at once; its database writes go through
+    that thread's connection, outside the caller's transaction and savepoint.
+    `HungHandlers` passes through before the handler starts, the row untouched.
     """
     try:
-        if savepoint:
+        if timeout is not None:
+            result = call_within(handler, item.msg, timeout, key=item.key)
+        elif savepoint:
             with queue.atomic():
                 result = handler(item.msg)
         else:
@@ -89,6 +99,8 @@ def deliver(
             Outcome.PERMANENT,
             lambda: queue.drop_msg(item.key, item.msg, DropReason.PERMANENT),
         )
+    except HungHandlers:
+        raise
     except Exception as exc:
         return _failed(item, exc, max_attempts)
     if result is None:
@@ -173,6 +185,8 @@ class DrainReport:
     elapsed: float = 0.0
     stopped_by: str | None = None
     aborted_by: str | None = None
+    # Rows a `redeliver` did not reach before it stopped (its deadline, hung handlers).
+    unreached: int = 0
 
     @property
     def handled(self) -> int:

@@ -12,13 +12,16 @@ from deadletter import keys, queue
 from deadletter.drain.handlers import load_handlers
 from deadletter.drain.locking import QueueLock
 from deadletter.drain.outcomes import DrainReport, Outcome, configured_max_attempts, deliver
+from deadletter.drain.timeouts import HungHandlers, TimeLimit
 
 __all__ = ["redeliver"]
 
 logger = logging.getLogger("deadletter")
 
 
-def redeliver(row_keys: Iterable[bytes], *, wait: bool = False) -> DrainReport:
+def redeliver(
+    row_keys: Iterable[bytes], *, wait: bool = False, deadline: float | None = None
+) -> DrainReport:
     """Hand the rows `row_keys` to their queues' handlers now, oldest first, with
     a drain's outcome rules: "retry these" for the admin and the API.
 
@@ -27,11 +30,17 @@ def redeliver(row_keys: Iterable[bytes], *, wait: bool = False) -> DrainReport:
     PostgreSQL it claims each row, and a row another drain holds is left to
     it. A row that is gone, or held, is not counted. Raises `DrainConfigError`
     for a queue without a usable handler, before touching any row.
+
+    With `deadline` (a `time.monotonic()` instant: a web request's budget) no
+    row is handed over after it and a handler still running then is given up
+    on, its row settled as a failed attempt; `report.unreached` counts the
+    rows it did not get to, and `report.stopped_by` says why.
     """
     selected = sorted({bytes(k) for k in row_keys})
     names = list(dict.fromkeys(keys.queue_of(k) for k in selected))
     handlers = load_handlers(names) if names else {}
     max_attempts = configured_max_attempts()
+    limit = TimeLimit.within(deadline=deadline)
     report = DrainReport(queues=names)
     claims = queue.can_claim_rows()
     db_file = None if claims else queue.sqlite_file()
@@ -44,27 +53,42 @@ def redeliver(row_keys: Iterable[bytes], *, wait: bool = False) -> DrainReport:
         report.add(Outcome(str(dropped.reason)))
 
     with lock:
-        for key in selected:
+        for index, key in enumerate(selected):
+            seconds = limit.seconds()
+            if seconds is not None and seconds <= 0:
+                report.stopped_by, report.unreached = "time budget", len(selected) - index
+                break
             handler = handlers[keys.queue_of(key)][1]
-            if claims:
-                with queue.atomic():
+            try:
+                if claims:
+                    with queue.atomic():
+                        item = queue.fetch_msg(key, on_drop=on_drop)
+                        if item is None:
+                            continue
+                        outcome = deliver(
+                            item,
+                            handler,
+                            max_attempts=max_attempts,
+                            savepoint=True,
+                            timeout=seconds,
+                        )
+                else:
                     item = queue.fetch_msg(key, on_drop=on_drop)
                     if item is None:
                         continue
-                    outcome = deliver(item, handler, max_attempts=max_attempts, savepoint=True)
-            else:
-                item = queue.fetch_msg(key, on_drop=on_drop)
-                if item is None:
-                    continue
-                outcome = deliver(item, handler, max_attempts=max_attempts)
+                    outcome = deliver(item, handler, max_attempts=max_attempts, timeout=seconds)
+            except HungHandlers:
+                report.stopped_by, report.unreached = "hung handlers", len(selected) - index
+                break
             report.add(outcome)
     report.elapsed = time.monotonic() - started
     logger.info(
-        "redelivered rows=%s delivered=%s requeued=%s failed=%s dropped=%s",
+        "redelivered rows=%s delivered=%s requeued=%s failed=%s dropped=%s unreached=%s",
         len(selected),
         report.delivered,
         report.requeued,
         report.failed,
         sum(report.dropped.values()),
+        report.unreached,
     )
     return report

@@ -6,6 +6,10 @@ rows read in pages with no transaction open, each outcome its own short
 write. PostgreSQL claims each row `FOR UPDATE SKIP LOCKED` in the transaction
 that settles it, so drains share a queue (`workers` processes here, or
 drains elsewhere) and a drain that dies releases its row.
+
+A run with a `budget` (the admin's and the API's) stops handing messages over
+when it is spent, and gives each handler at most what is left of it
+(`timeouts.TimeLimit`), so it returns in time even when a handler hangs.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from deadletter.drain.errors import DrainAborted, DrainConfigError
 from deadletter.drain.handlers import Handler, load_handlers
 from deadletter.drain.locking import QueueLock
 from deadletter.drain.outcomes import DrainReport, Outcome, configured_max_attempts, deliver
+from deadletter.drain.timeouts import HungHandlers, TimeLimit, configured_handler_timeout
 from deadletter.drain.workers import Budget, Cursor, Guard, WorkerPool
 
 __all__ = ["PROGRESS_EVERY", "Drainer"]
@@ -41,6 +46,12 @@ class Drainer(WorkerPool):
     configuration raises `DrainConfigError` having touched nothing. `run()`
     returns a `DrainReport`; `stop()` (from a signal handler or another
     thread) ends the run after the message in hand.
+
+    `budget` (seconds from `run()`) bounds a run started from the web: no
+    message is handed over after it, and a handler still running when it ends
+    is given up on (`DEADLETTER_HANDLER_TIMEOUT` applies either way). `grace`
+    is what the worker processes' `SignalGuard`s wait for the message in hand
+    after a stop signal.
     """
 
     def __init__(
@@ -54,6 +65,8 @@ class Drainer(WorkerPool):
         batch_size: int = 500,
         on_outcome: Callable[[Outcome], None] | None = None,
         log_progress: bool = True,
+        budget: float | None = None,
+        grace: float | None = None,
     ) -> None:
         if limit is not None and limit < 1:
             raise DrainConfigError(f"limit must be at least 1, got {limit}")
@@ -61,7 +74,10 @@ class Drainer(WorkerPool):
             raise DrainConfigError(f"rate must be above 0 per second, got {rate}")
         if workers < 1:
             raise DrainConfigError(f"workers must be at least 1, got {workers}")
+        if budget is not None and not budget >= 0:
+            raise DrainConfigError(f"budget must be at least 0 seconds, got {budget}")
         max_attempts = configured_max_attempts()
+        handler_timeout = configured_handler_timeout()
         self.handlers = load_handlers(queues)
         self.queues = list(self.handlers)
         self.claims = queue.can_claim_rows()
@@ -77,6 +93,9 @@ class Drainer(WorkerPool):
         self.wait = wait
         self.batch_size = batch_size
         self.max_attempts = max_attempts
+        self.budget = budget
+        self.grace = grace
+        self._limit = TimeLimit(handler_timeout)
         self.on_outcome = on_outcome
         self.log_progress = log_progress
         self.stopped_by: str | None = None
@@ -124,6 +143,8 @@ class Drainer(WorkerPool):
         report = DrainReport(queues=list(self.queues), workers=self.workers)
         started = time.monotonic()
         self._progress_at = started + PROGRESS_EVERY
+        if self.budget is not None:
+            self._limit = TimeLimit(self._limit.timeout, started + self.budget)
         logger.info(
             "drain started queues=%s workers=%s limit=%s rate=%s",
             ",".join(self.queues),
@@ -210,9 +231,15 @@ class Drainer(WorkerPool):
             if not self._budget.take():
                 return
             self._pace()
+            seconds = self._handler_time()
             if self._stop.is_set():
                 return
-            self._record(report, deliver(item, handler, max_attempts=self.max_attempts))
+            try:
+                outcome = deliver(item, handler, max_attempts=self.max_attempts, timeout=seconds)
+            except HungHandlers:
+                self.stop("hung handlers")
+                return
+            self._record(report, outcome)
 
     def _drain_claiming(
         self, name: str, handler: Handler, until: bytes, report: DrainReport
@@ -230,22 +257,44 @@ class Drainer(WorkerPool):
             if self._stop.is_set():
                 self._budget.give_back()
                 return
-            with queue.atomic():
-                item = cursor.claim(take)
-                if item is None:
-                    self._budget.give_back()
-                    return
-                outcome = deliver(item, handler, max_attempts=self.max_attempts, savepoint=True)
+            try:
+                with queue.atomic():
+                    item = cursor.claim(take)
+                    seconds = self._handler_time()
+                    if item is None or self._stop.is_set():
+                        self._budget.give_back()
+                        return
+                    outcome = deliver(
+                        item,
+                        handler,
+                        max_attempts=self.max_attempts,
+                        savepoint=True,
+                        timeout=seconds,
+                    )
+            except HungHandlers:
+                self._budget.give_back()
+                self.stop("hung handlers")
+                return
             self._record(report, outcome)
 
     def _may_go_on(self) -> bool:
         if self._stop.is_set():
+            return False
+        if self._limit.spent():
+            self.stop("time budget")
             return False
         if self._parent_pid is not None and os.getppid() != self._parent_pid:
             logger.warning("drain worker lost its parent; stopping pid=%s", os.getpid())
             self.stop("parent gone")
             return False
         return True
+
+    def _handler_time(self) -> float | None:
+        """The next handler's time limit (None: inline); a spent budget stops the run."""
+        seconds = self._limit.seconds()
+        if seconds is not None and seconds <= 0:
+            self.stop("time budget")
+        return seconds
 
     def _pace(self) -> None:
         """Hold deliveries to `rate` per second (split among the workers)."""
@@ -260,6 +309,8 @@ class Drainer(WorkerPool):
     def _record(self, report: DrainReport, outcome: Outcome) -> None:
         report.add(outcome)
         self._notify(outcome)
+        if self._limit.spent():  # the budget ran out on this message: say so
+            self.stop("time budget")
         if self.log_progress and self._events is None:
             now = time.monotonic()
             if now >= self._progress_at:

@@ -134,6 +134,7 @@ class WorkerPool:
     handlers: dict[str, tuple[str, Any]]
     workers: int
     limit: int | None
+    grace: float | None
     stopped_by: str | None
     on_outcome: Callable[[Outcome], None] | None
     _stop: threading.Event
@@ -248,7 +249,8 @@ class WorkerPool:
 
     def _worker_main(self, index: int, events: Any, parent_pid: int) -> None:
         """A worker process: SIGINT is left to the parent (which passes a stop on
-        as SIGTERM), so one Ctrl-C on a terminal is not counted twice."""
+        as SIGTERM), so one Ctrl-C on a terminal is not counted twice; a stop
+        waits `grace` for the message in hand, as the parent does."""
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         self._stop = threading.Event()
         self.stopped_by = None
@@ -257,7 +259,7 @@ class WorkerPool:
         self._next_at = 0.0
         report = DrainReport(queues=list(self.queues), workers=1)
         try:
-            with SignalGuard(self, (signal.SIGTERM,)):
+            with SignalGuard(self, (signal.SIGTERM,), grace=self.grace):
                 try:
                     self._run_bounded(report)
                 except DrainAborted as exc:

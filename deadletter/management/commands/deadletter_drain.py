@@ -4,7 +4,7 @@ Only parses arguments and shows progress; the drain itself is
 `deadletter.drain.Drainer`. Exit status: 0 when nothing stayed failed, 1 when
 some message did (or a worker or the database failed), 2 for usage and
 configuration errors (nothing touched), 128 + signal number when a second
-SIGINT/SIGTERM stopped it at once.
+SIGINT/SIGTERM stopped it at once, or the first one's `--grace` ran out.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from deadletter import keys
 from deadletter.drain import (
+    DEFAULT_GRACE,
     DrainAborted,
     DrainConfigError,
     Drainer,
@@ -45,6 +46,17 @@ def positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def seconds(text: str) -> float:
+    """A number of seconds, 0 or more."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be 0 or more seconds, got {text!r}")
     return value
 
 
@@ -94,6 +106,15 @@ class Command(BaseCommand):
             help="SQLite: wait for another drain of the same queue to end instead of refusing.",
         )
         parser.add_argument(
+            "--grace",
+            type=seconds,
+            default=DEFAULT_GRACE,
+            metavar="SECONDS",
+            help="After the first SIGINT/SIGTERM, wait this long for the message in hand, "
+            "then stop as a second signal would, leaving it queued "
+            f"(default {DEFAULT_GRACE:g}).",
+        )
+        parser.add_argument(
             "--dry-run", action="store_true", help="Say what would be done; change nothing."
         )
         parser.add_argument(
@@ -115,6 +136,7 @@ class Command(BaseCommand):
                 workers=options["workers"],
                 wait=options["wait"],
                 log_progress=not bar,
+                grace=options["grace"],
             )
         except DrainConfigError as exc:
             raise CommandError(str(exc), returncode=2) from exc
@@ -122,15 +144,20 @@ class Command(BaseCommand):
             self._dry_run(drainer, fmt)
             return
         try:
-            with self._progress(drainer, bar), SignalGuard(drainer):
+            with self._progress(drainer, bar), SignalGuard(drainer, grace=options["grace"]):
                 report = drainer.run()
         except (DrainLocked, DrainConfigError) as exc:
             raise CommandError(str(exc), returncode=2) from exc
         except DrainAborted as exc:
             if exc.report is not None:
-                self._summary(exc.report, fmt)
+                self._summary(exc.report, fmt, grace=exc.grace)
+            why = (
+                f"a second {exc.signame}"
+                if exc.grace is None
+                else f"{exc.signame} after its {exc.grace:g} s grace ran out"
+            )
             raise CommandError(
-                f"aborted by a second {exc.signame}; the message in hand stays queued",
+                f"aborted by {why}; the message in hand stays queued",
                 returncode=128 + exc.signum,
             ) from None
         self._summary(report, fmt)
@@ -203,7 +230,7 @@ class Command(BaseCommand):
             f"and {counts['corrupt']} corrupt; nothing was changed (dry run)."
         )
 
-    def _summary(self, report: DrainReport, fmt: str) -> None:
+    def _summary(self, report: DrainReport, fmt: str, grace: float | None = None) -> None:
         if fmt == "json":
             self.stdout.write(json.dumps(report.as_dict()))
             return
@@ -221,7 +248,9 @@ class Command(BaseCommand):
         ]
         if report.errors:
             lines.append(f"  errors:       {report.errors} (see the log)")
-        if report.aborted_by:
+        if report.aborted_by and grace is not None:
+            lines.append(f"  aborted by {report.aborted_by} after its {grace:g} s grace ran out")
+        elif report.aborted_by:
             lines.append(f"  aborted by a second {report.aborted_by}")
         elif report.stopped_by:
             lines.append(f"  stopped early by {report.stopped_by}")
