@@ -57,11 +57,7 @@ def warn_expiring(queues: Iterable[str] | None = None, *, now_ns: int | None = N
                 )
                 if cursor.rowcount != 1:
                     continue
-                expires_at = (
-                    warned_at
-                    + timedelta(microseconds=(summaries.epoch_ns(msg.queued_at) - now) // 1000)
-                    + max_age
-                )
+                expires_at = _moment(summaries.epoch_ns(msg.queued_at) + _ns(max_age))
                 logger.warning(
                     "message about to expire queue=%s key=%s queued_at=%s expires_at=%s",
                     name,
@@ -91,6 +87,17 @@ def _forget_gone(connection: sql.BaseDatabaseWrapper) -> None:
             f"DELETE FROM {warnings} WHERE NOT EXISTS "
             f"(SELECT 1 FROM {queue_table} q WHERE q.key = {warnings}.key)"
         )
+
+
+_EARLIEST_US = (datetime.min.replace(tzinfo=UTC) - _EPOCH) // timedelta(microseconds=1)
+_LATEST_US = (datetime.max.replace(tzinfo=UTC) - _EPOCH) // timedelta(microseconds=1)
+
+
+def _moment(unix_ns: int) -> datetime:
+    """An instant as an aware datetime, held to datetime's years 1 to 9999: a
+    first failure in year 0 (Go can write one) expired before datetime's first day."""
+    micro = min(max(unix_ns // 1000, _EARLIEST_US), _LATEST_US)
+    return _EPOCH + timedelta(microseconds=micro)
 
 
 def _ns(delta: timedelta) -> int:

@@ -18,6 +18,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 
 from deadletter import codec, keys, sql
 from deadletter.conf import conf
+from deadletter.gotime import GoOnlyTime, GoTime
 from deadletter.messages import Message
 
 __all__ = [
@@ -185,7 +186,7 @@ class QueueOverview:
     name: str
     depth: Count
     oldest_enqueued: datetime | None
-    oldest_failure: datetime | None
+    oldest_failure: GoTime | GoOnlyTime | None
     expiring: Count
     expired: Count
     legacy_rows: int
@@ -351,7 +352,7 @@ def _written_at(key: Any) -> datetime | None:
     return _EPOCH + timedelta(microseconds=time_ns // 1000) if time_ns is not None else None
 
 
-def _first_failure(value: Any) -> datetime | None:
+def _first_failure(value: Any) -> GoTime | GoOnlyTime | None:
     """The earliest first failure of the head row's messages (as `deadletter.stats`
     reads it); None when it does not decode, is unstamped or is too big to decode."""
     raw = bytes(value or b"")
@@ -361,8 +362,8 @@ def _first_failure(value: Any) -> datetime | None:
         msgs = codec.decode(raw)
     except codec.CodecError:
         return None
-    stamped = [m.queued_at for m in msgs if isinstance(m.queued_at, datetime)]
-    return min(stamped) if stamped else None
+    stamped = [m.queued_at for m in msgs if m.queued_at is not None]
+    return min(stamped, key=lambda moment: moment.unix_ns) if stamped else None
 
 
 def expired_keys(queue: str, *, after: bytes | None = None, limit: int = 500) -> list[bytes]:

@@ -19,13 +19,19 @@ a row that does not decode is `{"key", "queue", "corrupt": "<why>", "value":
 Both directions stream: a dump reads pages of the key index; a load checks
 every line before it writes any (so a malformed line loads nothing), keeping
 the checked rows in a temporary file, then inserts them in batches with ON
-CONFLICT DO NOTHING, so loading a file again adds nothing.
+CONFLICT DO NOTHING, so loading a file again adds nothing. A line is refused
+(and with it the file) when it is not a row the queue would hand over: nested
+too deeply to read, over `DEADLETTER_MAX_ROW_BYTES`, or a message whose first
+failure is in the future (`age.first_failure_error`). A row whose key is
+already queued is never overwritten: the load tells the rows queued as the
+file has them from those queued with other content (a conflict).
 """
 
 from __future__ import annotations
 
 import base64
 import contextlib
+import dataclasses
 import json
 import struct
 import tempfile
@@ -35,14 +41,16 @@ from typing import IO, Any
 from django.db import transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from deadletter import codec, keys, sql, summaries
+from deadletter import age, codec, inspection, keys, sql, summaries
 from deadletter.api.jsonvalues import from_json, to_json
+from deadletter.conf import conf
 from deadletter.exceptions import DeadletterError
 from deadletter.gotime import GoOnlyTime, GoTime
 from deadletter.messages import Message
 
 __all__ = [
     "LoadError",
+    "Loaded",
     "check",
     "dump",
     "dump_total",
@@ -53,6 +61,7 @@ __all__ = [
 ]
 
 BATCH = 1000
+SHOWN_CONFLICTS = 5
 _TIMES = ("Timestamp", "QueuedAt")
 _STRINGS = ("Username", "Subject")
 _LISTS = ("Descriptions", "Fields", "SkipRecipients")
@@ -61,6 +70,25 @@ _MESSAGE_KEYS = frozenset((*_TIMES, *_STRINGS, *_LISTS, "Code", "extra"))
 
 class LoadError(DeadletterError, ValueError):
     """A line of a dump that cannot be loaded; the text names the line."""
+
+
+@dataclasses.dataclass
+class Loaded:
+    """What a load did with the rows of a file: `inserted`, `identical` (the key
+    already queued with the same bytes) and `conflicting` (the key queued with
+    other bytes: left as queued, not written); `conflicts` holds the first
+    `SHOWN_CONFLICTS` of these as (line number, key)."""
+
+    rows: int = 0
+    inserted: int = 0
+    identical: int = 0
+    conflicting: int = 0
+    conflicts: list[tuple[int, bytes]] = dataclasses.field(default_factory=list)
+
+    def conflict(self, number: int, key: bytes) -> None:
+        self.conflicting += 1
+        if len(self.conflicts) < SHOWN_CONFLICTS:
+            self.conflicts.append((number, key))
 
 
 def _queue_names(queues: Iterable[str] | None) -> list[tuple[str, int]]:
@@ -209,6 +237,9 @@ def _message(data: Any, where: str) -> Message:
         if value is not None and not isinstance(value, str):
             raise ValueError(f"{where}: {name} must be RFC 3339 text or null")
         fields[attr] = None if value is None else GoTime.parse(value)
+    future = age.first_failure_error(fields["queued_at"])
+    if future is not None:
+        raise ValueError(f"{where}: {future}")
     for name, attr in (("Username", "username"), ("Subject", "subject")):
         value = data.get(name, "")
         if not isinstance(value, str):
@@ -245,6 +276,13 @@ def _rows(lines: Iterable[str]) -> Iterator[tuple[int, bytes, bytes]]:
             key, value = parse_line(text)
         except (ValueError, TypeError, codec.CodecError) as exc:
             raise LoadError(f"line {number}: {exc}") from None
+        except RecursionError:
+            raise LoadError(f"line {number}: nested too deeply to read") from None
+        if inspection.is_too_large(key, len(value)):
+            raise LoadError(
+                f"line {number}: the row is {len(value):,} bytes, over DEADLETTER_MAX_ROW_BYTES "
+                f"({conf.MAX_ROW_BYTES:,}), which the queue never hands over"
+            )
         yield number, key, value
 
 
@@ -267,9 +305,9 @@ def check(
             lines = _counting(lines, on_bytes)
         try:
             total = 0
-            for _number, key, value in _rows(lines):
+            for number, key, value in _rows(lines):
                 if spool is not None:
-                    spool.write(_HEAD.pack(len(key), len(value)) + key + value)
+                    spool.write(_HEAD.pack(number, len(key), len(value)) + key + value)
                 total += 1
             return total
         except UnicodeDecodeError as exc:
@@ -282,43 +320,85 @@ def _counting(lines: Iterable[str], on_bytes: Callable[[int], None]) -> Iterator
         yield text
 
 
-_HEAD = struct.Struct(">II")
+_HEAD = struct.Struct(">QII")  # line number, key length, value length
 
 
-def insert(spool: IO[bytes], *, on_row: Callable[[int], None] | None = None) -> int:
+def insert(spool: IO[bytes], *, on_row: Callable[[int], None] | None = None) -> Loaded:
     """Insert the rows `check` spooled, keys kept, in batches of `BATCH`, each a
-    transaction; a row whose key is already there is left as it is. Returns how
-    many rows were inserted."""
+    transaction. A row whose key is already queued is left as it is, and counted
+    as identical or as a conflict by comparing the bytes."""
     connection = sql.connection()
-    table = sql.quoted(connection, sql.TABLE)
-    query = f"INSERT INTO {table} (key, value) VALUES (%s, %s) ON CONFLICT (key) DO NOTHING"
-    inserted = 0
-    batch: list[tuple[bytes, bytes]] = []
+    loaded = Loaded()
+    batch: list[tuple[int, bytes, bytes]] = []
 
     def flush() -> None:
-        nonlocal inserted
-        with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
-            cursor.executemany(query, batch)
-            inserted += max(cursor.rowcount, 0)  # the rows inserted, on SQLite and psycopg 3
+        _insert_batch(connection, batch, loaded)
         if on_row is not None:
             on_row(len(batch))
         batch.clear()
 
     spool.seek(0)
     while head := spool.read(_HEAD.size):
-        key_len, value_len = _HEAD.unpack(head)
-        batch.append((spool.read(key_len), spool.read(value_len)))
+        number, key_len, value_len = _HEAD.unpack(head)
+        batch.append((number, spool.read(key_len), spool.read(value_len)))
+        loaded.rows += 1
         if len(batch) >= BATCH:
             flush()
     if batch:
         flush()
-    return inserted
+    return loaded
 
 
-def load(source: str | IO[str], *, on_row: Callable[[int], None] | None = None) -> tuple[int, int]:
-    """`check` every line of `source`, then `insert` its rows: (rows in the file, rows
-    inserted). `LoadError` and nothing written for a malformed line. The checked
-    rows wait in a temporary file, not in memory."""
+def _insert_batch(
+    connection: BaseDatabaseWrapper, batch: list[tuple[int, bytes, bytes]], loaded: Loaded
+) -> None:
+    """One transaction: read what the batch's keys hold, insert the others with ON
+    CONFLICT DO NOTHING; a key another writer took meanwhile is judged by the
+    bytes it holds afterwards."""
+    table = sql.quoted(connection, sql.TABLE)
+    insert = f"INSERT INTO {table} (key, value) VALUES (%s, %s) ON CONFLICT (key) DO NOTHING"
+    with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
+        held = _held(cursor, table, [key for _, key, _ in batch])
+        new: dict[bytes, tuple[int, bytes]] = {}
+        for number, key, value in batch:
+            queued = held[key] if key in held else new[key][1] if key in new else None
+            if queued is None:
+                new[key] = (number, value)
+            elif queued == value:
+                loaded.identical += 1
+            else:
+                loaded.conflict(number, key)
+        if not new:
+            return
+        cursor.executemany(insert, [(key, value) for key, (_, value) in new.items()])
+        inserted = max(cursor.rowcount, 0)  # the rows inserted, on SQLite and psycopg 3
+        loaded.inserted += inserted
+        if inserted < len(new):
+            now_held = _held(cursor, table, list(new))
+            taken = [(n, k) for k, (n, v) in new.items() if now_held.get(k) != v]
+            for number, key in taken:
+                loaded.conflict(number, key)
+            loaded.identical += len(new) - inserted - len(taken)
+
+
+_KEYS_PER_SELECT = 500  # well under SQLite's bound-variable limit
+
+
+def _held(cursor: Any, table: str, batch: list[bytes]) -> dict[bytes, bytes]:
+    """The bytes queued under each key of `batch` that is queued."""
+    found: dict[bytes, bytes] = {}
+    for start in range(0, len(batch), _KEYS_PER_SELECT):
+        chunk = batch[start : start + _KEYS_PER_SELECT]
+        marks = ", ".join(["%s"] * len(chunk))
+        cursor.execute(f"SELECT key, value FROM {table} WHERE key IN ({marks})", chunk)
+        found.update((bytes(key), bytes(value or b"")) for key, value in cursor.fetchall())
+    return found
+
+
+def load(source: str | IO[str], *, on_row: Callable[[int], None] | None = None) -> Loaded:
+    """`check` every line of `source`, then `insert` its rows. `LoadError` and
+    nothing written for a malformed line. The checked rows wait in a temporary
+    file, not in memory."""
     with tempfile.TemporaryFile(prefix="deadletter-load-") as spool:
-        total = check(source, spool)
-        return total, insert(spool, on_row=on_row)
+        check(source, spool)
+        return insert(spool, on_row=on_row)

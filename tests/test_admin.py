@@ -11,10 +11,14 @@ from urllib.parse import urljoin
 import cbor2
 import hypothesis
 import pytest
+import time_machine
 from django.contrib.admin.models import DELETION, LogEntry
 from django.contrib.auth.models import User
+from django.db import connection
 from django.test import Client
 from django.urls import reverse
+from django.utils import timezone
+from hypothesis import strategies as st
 
 from deadletter import keys, signals
 from deadletter.messages import Message
@@ -578,8 +582,8 @@ def test_drain_and_purge_are_refused_without_the_permission(client, django_user_
     assert len(fetch_failed_msgs("q")) == 1
 
 
-@pytest.mark.django_db(transaction=True)
-@hypothesis.settings(
+# A fresh client and row per example, so the function-scoped db fixture is safe.
+RENDERING = hypothesis.settings(
     max_examples=60,
     deadline=None,
     suppress_health_check=[
@@ -587,6 +591,10 @@ def test_drain_and_purge_are_refused_without_the_permission(client, django_user_
         hypothesis.HealthCheck.too_slow,
     ],
 )
+
+
+@pytest.mark.django_db(transaction=True)
+@RENDERING
 @hypothesis.given(value=jsonvalues_strategy(jsonvalues_scalars))
 def test_any_stored_value_renders_in_the_list_and_on_the_message_page(value: Any) -> None:
     """A row as another writer may have stored it: any CBOR in an unknown key."""
@@ -599,5 +607,129 @@ def test_any_stored_value_renders_in_the_list_and_on_the_message_page(value: Any
         listing = open_page(client, CHANGELIST)
         page = open_page(client, message_link(listing, key))
         assert "Value (unknown key)" in page.text or "corrupt row" in page.text
+    finally:
+        QueuedMessage.objects.filter(key=key).delete()
+
+
+# --- times no datetime can hold, as another writer may store them -----------------
+
+
+def go_text(
+    year: int, month: int, day: int, hour: int, minute: int, second: int, nanos: int, offset: int
+) -> str:
+    """RFC 3339 as Go writes it; `offset` in minutes east of UTC, Go's bounds ±24:00."""
+    fraction = f".{nanos:09d}".rstrip("0") if nanos else ""
+    zone = (
+        "Z"
+        if offset == 0
+        else f"{'-' if offset < 0 else '+'}{abs(offset) // 60:02d}:{abs(offset) % 60:02d}"
+    )
+    return f"{year:04d}-{month:02d}-{day:02d}T{hour:02d}:{minute:02d}:{second:02d}{fraction}{zone}"
+
+
+GO_TIMES = st.one_of(
+    st.none(),
+    st.sampled_from(
+        [
+            "0000-01-01T00:00:00+24:00",
+            "0001-01-01T00:00:00.000000001+23:59",
+            "9999-12-15T00:00:00Z",
+            "9999-12-31T23:59:59.999999999-23:59",
+            "9999-12-31T23:59:59.999999999-24:00",
+        ]
+    ),
+    st.builds(
+        go_text,
+        st.one_of(st.sampled_from([0, 1, 9999]), st.integers(0, 9999)),
+        st.integers(1, 12),
+        st.integers(1, 28),
+        st.integers(0, 23),
+        st.integers(0, 59),
+        st.integers(0, 59),
+        st.one_of(st.just(0), st.integers(0, 999_999_999)),
+        st.integers(-24 * 60, 24 * 60),
+    ),
+    # An epoch, as Go also reads a time: years 0000 to 9999.
+    st.integers(-62_167_219_200, 253_402_300_799).map(lambda seconds: cbor2.CBORTag(1, seconds)),
+)
+
+
+def park_go_row(
+    queued_at: Any, timestamp: Any = None, key_ns: int | None = None, **extra: Any
+) -> bytes:
+    """A row as the Go program (or raw SQL) writes it, below the store's checks."""
+    key = keys.new_key("far") if key_ns is None else keys.make_key("far", key_ns, 1)
+    value = cbor2.dumps(
+        [{"Timestamp": timestamp, "QueuedAt": queued_at, "Subject": "far", **extra}]
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO deadletter_queuedmessage (key, value) VALUES (%s, %s)", (key, value)
+        )
+    return key
+
+
+def three_pages(client: Any, key: bytes) -> tuple[Page, Page, Page]:
+    """The list, the row's message page and the overview, reached by links from the index."""
+    listing = open_page(client, open_page(client, "/admin/").link("Queued messages"))
+    page = open_page(client, message_link(listing, key))
+    overview = open_page(client, open_page(client, "/admin/deadletter/").link("Queue overview"))
+    return listing, page, overview
+
+
+@pytest.mark.parametrize("zone", ["UTC", "Pacific/Kiritimati", "Etc/GMT+12"])
+@pytest.mark.parametrize(
+    ("queued_at", "age", "as_written"),
+    [
+        ("9999-12-15T00:00:00Z", "in the future", False),
+        ("9999-12-31T23:59:59.999999999-23:59", "in the future", True),  # in year 10000 UTC
+        ("9999-12-31T23:00:00-24:00", "in the future", True),
+        ("0001-01-01T00:00:01+23:59", "2025\xa0years", True),  # in year 0 UTC
+        ("0000-06-01T00:00:00Z", "2026\xa0years", True),
+        (cbor2.CBORTag(1, 253402300799), "in the future", False),  # epoch of 9999-12-31T23:59:59Z
+    ],
+)
+def test_a_far_off_first_failure_shows_on_the_list_the_message_page_and_the_overview(
+    admin_client, settings, zone: str, queued_at: Any, age: str, as_written: bool
+) -> None:
+    settings.TIME_ZONE = zone
+    key = park_go_row(queued_at, timestamp=queued_at, key_ns=2**64 - 1)
+    with time_machine.travel("2026-12-01T12:00:00Z", tick=False):
+        listing, page, overview = three_pages(admin_client, key)
+    assert age in listing.text
+    assert ("expired" if "years" in age else "7973\xa0years") in listing.text
+    if age == "in the future":
+        assert overview.text.count("in the future") == 2  # parked in 2554, and failed
+    else:
+        assert f"{age} ago" in overview.text
+    if as_written:
+        for shown in (listing, page, overview):
+            assert queued_at in shown.text
+    assert "parked" in page.text and "2554" in page.text  # the last key time there is
+
+
+@pytest.mark.django_db(transaction=True)
+@RENDERING
+@hypothesis.given(
+    queued_at=GO_TIMES,
+    timestamp=GO_TIMES,
+    key_ns=st.one_of(st.none(), st.sampled_from([0, 2**63, 2**64 - 1]), st.integers(0, 2**64 - 1)),
+    zone=st.sampled_from(["UTC", "Pacific/Kiritimati", "Etc/GMT+12", "America/St_Johns"]),
+    value=jsonvalues_strategy(jsonvalues_scalars),
+)
+def test_any_time_and_value_renders_on_the_list_the_message_page_and_the_overview(
+    queued_at: Any, timestamp: Any, key_ns: int | None, zone: str, value: Any
+) -> None:
+    """Times of any year Go writes (0 to 9999, offsets to ±24:00, epochs) beside any
+    value the API can show, in zones either side of UTC."""
+    client = Client()
+    user, _ = User.objects.get_or_create(username="root", is_superuser=True, is_staff=True)
+    client.force_login(user)
+    key = park_go_row(queued_at, timestamp=timestamp, key_ns=key_ns, Value=value)
+    try:
+        with timezone.override(zone):
+            _, page, overview = three_pages(client, key)
+        assert "first failure (queued at)" in page.text or "corrupt row" in page.text
+        assert "far" in overview.text
     finally:
         QueuedMessage.objects.filter(key=key).delete()

@@ -22,3 +22,26 @@ def test_a_message_older_than_the_cutoff_is_expired_and_one_at_it_is_not() -> No
 
 def test_a_message_never_stamped_is_not_expired() -> None:
     assert not age.expired(None, age.cutoff_ns())
+
+
+NOW_NS = 40 * DAY_NS
+SKEW_NS = age.MAX_CLOCK_SKEW_NS
+
+
+def test_the_clock_skew_allowed_is_five_minutes() -> None:
+    assert timedelta(minutes=5) == age.MAX_CLOCK_SKEW
+    assert SKEW_NS == 300 * 10**9
+
+
+def test_a_first_failure_up_to_the_skew_ahead_passes_and_one_past_it_is_refused() -> None:
+    assert age.first_failure_error(GoTime(NOW_NS + SKEW_NS), NOW_NS) is None
+    error = age.first_failure_error(GoTime(NOW_NS + SKEW_NS + 1), NOW_NS)
+    assert error is not None
+    assert error.startswith("queued_at 1970-02-10T00:05:00.000000001Z is in the future")
+
+
+def test_past_unset_and_far_future_first_failures() -> None:
+    assert age.first_failure_error(None, NOW_NS) is None
+    assert age.first_failure_error(GoTime.parse("0000-06-01T00:00:00Z")) is None
+    assert age.first_failure_error(GoTime.parse("9999-12-15T00:00:00Z")) is not None
+    assert age.first_failure_error(GoTime.parse("9999-12-31T23:00:00-24:00")) is not None

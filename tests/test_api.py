@@ -458,3 +458,33 @@ def test_park_refuses_a_task_s_keys_naming_them_and_who_reserves_them(api, body:
         f"'Task', 'TaskArgs' reserved by {capture.APP}, which alone parks them"
     ]
     assert queue_names() == []
+
+
+# --- a first failure in the future -------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "queued_at",
+    ["9999-12-15T00:00:00Z", "9999-12-31T23:00:00-24:00", "2026-11-29T12:05:01Z"],
+    ids=["year 9999", "offset -24:00", "just past the skew"],
+)
+def test_park_refuses_a_first_failure_in_the_future_with_400_naming_the_field(
+    api, queued_at: str
+) -> None:
+    with time_machine.travel(NOW, tick=False):
+        response = api.post(url("q"), {"queued_at": queued_at}, format="json")
+    assert response.status_code == 400
+    assert response.json() == {
+        "queued_at": [
+            f"queued_at {queued_at} is in the future: a first failure may be at most "
+            "5 minutes ahead of this server's clock"
+        ]
+    }
+    assert queue_names() == []
+
+
+def test_park_takes_a_first_failure_within_the_clock_skew(api) -> None:
+    with time_machine.travel(NOW, tick=False):
+        response = api.post(url("q"), {"queued_at": "2026-11-29T12:05:00Z"}, format="json")
+    assert response.status_code == 201
+    assert fetch_failed_msgs("q")[0].msg.queued_at.format() == "2026-11-29T12:05:00Z"

@@ -142,3 +142,35 @@ def test_from_the_shell_bad_input_is_one_line_on_stderr_and_a_non_zero_exit(
     assert result.stderr.splitlines() == [f"CommandError: {missing}: no such file"]
     assert result.stdout == ""
     assert row_count() == 0
+
+
+def test_messages_first_failed_in_the_future_are_said_in_the_summary_and_a_column(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "go.sqlite"
+    conn = sqlite3.connect(path)
+    for statement in kvfile.KV_SCHEMA:
+        conn.execute(statement)
+    ahead = Message(subject="ahead", queued_at=GoTime.parse("9999-12-15T00:00:00Z"))
+    conn.executemany(
+        "INSERT INTO kv (key, value) VALUES (?, ?)",
+        [(b"q", codec.encode([Message(queued_at=QUEUED), ahead]))],
+    )
+    conn.commit()
+    conn.close()
+    lines = run(str(path)).splitlines()
+    assert lines[0] == (
+        f"Imported 1 messages from {path}; 1 messages whose first failure is in the future "
+        "were left in the file (the Go program's clock?)"
+    )
+    assert lines[1].split() == [
+        "queue",
+        "rows",
+        "messages",
+        "imported",
+        "present",
+        "corrupt",
+        "future",
+    ]
+    assert lines[2].split() == ["q", "1", "2", "1", "0", "0", "1"]
+    assert row_count() == 1

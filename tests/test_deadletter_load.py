@@ -12,16 +12,23 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 
 from deadletter import codec, keys, ndjson
+from deadletter.gotime import GoTime
 from deadletter.messages import Message
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
+def key_of(i: int) -> bytes:
+    return keys.make_key("mail", 10**18 + i, i)
+
+
+def encoded(msg: Message) -> bytes:
+    return codec.encode_one(msg)
+
+
 def line(i: int, subject: str = "s") -> str:
-    return ndjson.row_line(
-        keys.make_key("mail", 10**18 + i, i), codec.encode_one(Message(subject=subject))
-    )
+    return ndjson.row_line(key_of(i), encoded(Message(subject=subject)))
 
 
 def load(*args: str) -> str:
@@ -80,3 +87,73 @@ def test_stdin_loads_too(tmp_path: Path, subprocess_env: dict[str, str]) -> None
     assert "Loaded 2 new row(s) of 2 in -" in result.stdout
     assert result.stderr == ""  # piped: no progress bar
     assert count() == 2
+
+
+def test_a_line_nested_100k_deep_is_one_line_error_and_a_non_zero_exit(
+    tmp_path: Path, subprocess_env: dict[str, str]
+) -> None:
+    path = tmp_path / "d.ndjson"
+    key = key_of(9).hex()
+    deep = "[" * 100_000 + "]" * 100_000
+    path.write_text(line(1) + f'{{"key": "{key}", "queue": "mail", "extra": {{"x": {deep}}}}}\n')
+    result = subprocess.run(
+        [sys.executable, str(REPO / "manage.py"), "deadletter_load", str(path)],
+        env=subprocess_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        f"CommandError: {path}: line 2: nested too deeply to read; nothing was loaded"
+    ]
+    assert count() == 0
+
+
+def test_a_row_over_the_size_limit_loads_nothing(tmp_path: Path, settings) -> None:
+    settings.DEADLETTER_MAX_ROW_BYTES = 1000
+    path = tmp_path / "d.ndjson"
+    path.write_text(line(1) + line(2, subject="x" * 2000))
+    with pytest.raises(
+        CommandError, match=r"line 2: the row is 2,\d{3} bytes, over DEADLETTER_MAX_ROW_BYTES"
+    ):
+        load(str(path))
+    assert count() == 0
+
+
+def test_a_first_failure_in_the_future_loads_nothing(tmp_path: Path) -> None:
+    ahead = Message(subject="ahead", queued_at=GoTime.parse("9999-12-15T00:00:00Z"))
+    path = tmp_path / "d.ndjson"
+    path.write_text(line(1) + ndjson.row_line(key_of(2), encoded(ahead)))
+    with pytest.raises(CommandError, match="line 2: the message: queued_at 9999-12-15.* future"):
+        load(str(path))
+    assert count() == 0
+
+
+def test_conflicting_keys_are_counted_apart_left_as_queued_and_exit_non_zero(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "d.ndjson"
+    path.write_text("".join(line(i) for i in range(4)))
+    load(str(path))
+    retried = key_of(2)
+    queued = encoded(Message(subject="retried", extra={"Attempts": 1}))
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE deadletter_queuedmessage SET value = %s WHERE key = %s", (queued, retried)
+        )
+        cursor.execute("DELETE FROM deadletter_queuedmessage WHERE key = %s", (key_of(3),))
+    out = StringIO()
+    with pytest.raises(CommandError) as error:
+        call_command("deadletter_load", str(path), stdout=out, stderr=StringIO())
+    assert out.getvalue() == (
+        f"Loaded 1 new row(s) of 4 in {path} (2 already queued, 1 conflicting).\n"
+    )
+    assert str(error.value) == (
+        f"{path}: 1 row(s) not loaded: their key is queued with other content, left as queued "
+        f"(line 3 key {retried.hex()})"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT value FROM deadletter_queuedmessage WHERE key = %s", (retried,))
+        assert bytes(cursor.fetchone()[0]) == queued
+    assert count() == 4

@@ -564,3 +564,82 @@ def test_every_store_succeeds_while_a_large_file_is_imported(tmp_path: Path) -> 
     assert parked.failed == []
     assert report.total.written == LARGE + LARGE // 2
     assert QueuedMessage.objects.count() == report.total.written + parked.stored
+
+
+# --- a first failure in the future (the Go program's clock ran ahead) -----------------
+
+FUTURE = GoTime.parse("9999-12-15T00:00:00Z")
+
+
+def test_a_row_first_failed_in_the_future_is_skipped_and_counted(
+    tmp_path: Path,
+) -> None:
+    ahead = row("q", T0, 2, msg("ahead", queued_at=FUTURE))
+    source = make_kv(tmp_path / "go.sqlite", [row("q", T0, 1, msg("fine")), ahead])
+    with time_machine.travel(NOW, tick=False):
+        report = kvfile.import_kv(source)
+    (counts,) = report.queues
+    assert (counts.rows, counts.messages, counts.written, counts.future) == (2, 2, 1, 1)
+    assert subjects("q") == ["fine"]
+
+
+def test_a_multi_message_row_with_one_message_in_the_future_is_skipped_whole(
+    tmp_path: Path,
+) -> None:
+    source = make_kv(
+        tmp_path / "go.sqlite", [row("q", T0, 1, msg("fine"), msg("ahead", queued_at=FUTURE))]
+    )
+    report = kvfile.import_kv(source)
+    assert (report.total.written, report.total.future) == (0, 2)
+    assert table_rows() == []
+
+
+def test_within_the_clock_skew_a_first_failure_ahead_is_imported(tmp_path: Path) -> None:
+    soon = GoTime.parse("2026-11-29T12:04:00Z")
+    source = make_kv(tmp_path / "go.sqlite", [row("q", T0, 1, msg("soon", queued_at=soon))])
+    with time_machine.travel(NOW, tick=False):
+        assert kvfile.import_kv(source).total.future == 0
+    assert len(table_rows()) == 1
+
+
+def test_a_future_message_in_a_legacy_aggregate_leaves_only_its_own_slot_empty(
+    tmp_path: Path,
+) -> None:
+    source = make_kv(
+        tmp_path / "go.sqlite",
+        [
+            legacy("q", msg("a"), msg("ahead", queued_at=FUTURE), msg("c")),
+            row("q", T0, 1, msg("newer")),
+        ],
+    )
+    report = kvfile.import_kv(source)
+    assert (report.total.messages, report.total.written, report.total.future) == (4, 3, 1)
+    assert subjects("q") == ["a", "c", "newer"]
+    first = table_rows()
+    again = kvfile.import_kv(source)
+    assert (again.total.written, again.total.present, again.total.future) == (0, 3, 1)
+    assert table_rows() == first
+
+
+def test_an_aggregate_anchored_on_a_year_9999_time_imports_below_the_last_key_time(
+    tmp_path: Path,
+) -> None:
+    """With no per-message row the split goes below the aggregate's newest time;
+    one past the key's 64 bits holds the split at the last key time there is."""
+    source = make_kv(
+        tmp_path / "go.sqlite",
+        [legacy("q", msg("a"), Message(subject="b", timestamp=FUTURE))],
+    )
+    report = kvfile.import_kv(source)
+    assert report.total.written == 2
+    assert [keys.parse_key(k).time_ns for k, _ in table_rows()] == [2**64 - 2, 2**64 - 1]
+    assert kvfile.import_kv(source).total.present == 2
+
+
+def test_an_export_carries_a_future_first_failure_as_the_table_holds_it(tmp_path: Path) -> None:
+    """Only the way in refuses one: what another writer left here goes back to Go as it is."""
+    key, value, _ = row("q", T0, 1, msg("ahead", queued_at=FUTURE))
+    QueuedMessage.objects.create(key=key, value=value)
+    target = tmp_path / "go.sqlite"
+    assert kvfile.export_kv(target).total.written == 1
+    assert kv_rows(target) == [(key, value, None)]

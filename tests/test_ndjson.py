@@ -106,9 +106,9 @@ def test_load_keeps_keys_and_a_second_load_adds_nothing(tmp_path) -> None:
     path.write_text(dumped())
     with connection.cursor() as cursor:
         cursor.execute("DELETE FROM deadletter_queuedmessage")
-    assert ndjson.load(str(path)) == (5, 5)
+    assert ndjson.load(str(path)) == ndjson.Loaded(rows=5, inserted=5)
     assert rows() == before
-    assert ndjson.load(str(path)) == (5, 0)
+    assert ndjson.load(str(path)) == ndjson.Loaded(rows=5, identical=5)
     assert rows() == before
 
 
@@ -125,6 +125,23 @@ def test_load_keeps_keys_and_a_second_load_adds_nothing(tmp_path) -> None:
         ('{"key": "KEY", "queue": "mail", "Fields": [1]}', "Fields"),
         ('{"key": "KEY", "queue": "mail", "Surprise": 1}', "unknown fields: Surprise"),
         ('{"key": "KEY", "queue": "mail", "extra": {"x": {"$float": "big"}}}', "$float"),
+        (
+            '{"key": "KEY", "queue": "mail", "QueuedAt": "9999-12-15T00:00:00Z"}',
+            "the message: queued_at 9999-12-15T00:00:00Z is in the future",
+        ),
+        (
+            '{"key": "KEY", "queue": "mail", '
+            '"messages": [{}, {"QueuedAt": "9999-01-01T00:00:00Z"}]}',
+            "messages[1]: queued_at 9999-01-01T00:00:00Z is in the future",
+        ),
+        ('{"key": "KEY", "queue": "mail", "extra": {"x": ' + "[" * 100_000, "nested too deeply"),
+        (
+            '{"key": "KEY", "queue": "mail", "extra": {"x": '
+            + "[" * 100_000
+            + "]" * 100_000
+            + "}}",
+            "nested too deeply",
+        ),
     ],
 )
 def test_a_malformed_line_is_named_and_nothing_of_the_file_loads(
@@ -143,7 +160,106 @@ def test_blank_lines_are_skipped_and_not_utf8_is_refused(tmp_path) -> None:
     line = ndjson.row_line(keys.make_key("mail", 10**18, 2), codec.encode_one(Message()))
     path = tmp_path / "dump.ndjson"
     path.write_text("\n" + line + "\n")
-    assert ndjson.load(str(path)) == (1, 1)
+    assert ndjson.load(str(path)) == ndjson.Loaded(rows=1, inserted=1)
     path.write_bytes(b"\xff\xfe\n")
     with pytest.raises(ndjson.LoadError, match="UTF-8"):
         ndjson.load(str(path))
+
+
+# --- what the queue would never hand over ----------------------------------------------
+
+
+def test_a_row_over_the_size_limit_is_named_and_nothing_of_the_file_loads(
+    tmp_path, settings
+) -> None:
+    settings.DEADLETTER_MAX_ROW_BYTES = 1000
+    small = ndjson.row_line(keys.make_key("mail", 10**18, 1), codec.encode_one(Message()))
+    big = Message(fields=["x" * 2000])
+    path = tmp_path / "dump.ndjson"
+    path.write_text(
+        small + ndjson.row_line(keys.make_key("mail", 10**18, 2), codec.encode_one(big))
+    )
+    with pytest.raises(
+        ndjson.LoadError, match=r"^line 2: the row is 2,\d{3} bytes, over DEADLETTER_MAX"
+    ):
+        ndjson.load(str(path))
+    assert rows() == []
+
+
+def test_a_legacy_aggregate_over_the_size_limit_loads(tmp_path, settings) -> None:
+    """The queue splits an aggregate a message at a time, whatever its size."""
+    settings.DEADLETTER_MAX_ROW_BYTES = 1000
+    value = codec.encode([Message(fields=["x" * 600]), Message(fields=["y" * 600])])
+    path = tmp_path / "dump.ndjson"
+    path.write_text(ndjson.row_line(b"mail", value))
+    assert ndjson.load(str(path)).inserted == 1
+    assert rows() == [(b"mail", value)]
+
+
+# --- keys already queued ----------------------------------------------------------------
+
+
+def dump_of(tmp_path, *rows: tuple[bytes, str]) -> str:
+    """A dump file of one message a row, `(key, subject)` each; returns its path."""
+    path = tmp_path / "dump.ndjson"
+    path.write_text(
+        "".join(ndjson.row_line(key, codec.encode_one(Message(subject=s))) for key, s in rows)
+    )
+    return str(path)
+
+
+def test_a_key_queued_with_other_content_is_a_conflict_left_as_queued(tmp_path) -> None:
+    held, same, new = (keys.make_key("mail", 10**18, seq) for seq in (1, 2, 3))
+    queued = codec.encode_one(Message(subject="retried", extra={"Attempts": 2}))
+    insert(held, queued)
+    insert(same, codec.encode_one(Message(subject="same")))
+    loaded = ndjson.load(dump_of(tmp_path, (held, "as dumped"), (same, "same"), (new, "new")))
+    assert loaded == ndjson.Loaded(
+        rows=3, inserted=1, identical=1, conflicting=1, conflicts=[(1, held)]
+    )
+    assert dict(rows())[held] == queued
+
+
+def test_a_key_twice_in_the_file_is_identical_or_a_conflict_by_its_content(
+    tmp_path, monkeypatch
+) -> None:
+    monkeypatch.setattr(ndjson, "BATCH", 2)
+    key = keys.make_key("mail", 10**18, 1)
+    loaded = ndjson.load(
+        dump_of(tmp_path, (key, "first"), (key, "first"), (key, "other"), (key, "other"))
+    )
+    assert (loaded.inserted, loaded.identical, loaded.conflicting) == (1, 1, 2)
+    assert loaded.conflicts == [(3, key), (4, key)]
+    assert rows() == [(key, codec.encode_one(Message(subject="first")))]
+
+
+def test_only_the_first_conflicts_are_kept_and_all_are_counted(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(ndjson, "SHOWN_CONFLICTS", 2)
+    held = [keys.make_key("mail", 10**18, seq) for seq in range(4)]
+    for key in held:
+        insert(key, codec.encode_one(Message(subject="queued")))
+    loaded = ndjson.load(dump_of(tmp_path, *((key, "dumped") for key in held)))
+    assert loaded.conflicting == 4
+    assert [number for number, _ in loaded.conflicts] == [1, 2]
+
+
+def test_a_key_another_writer_took_meanwhile_is_judged_by_the_bytes_it_holds(
+    tmp_path, monkeypatch
+) -> None:
+    """The batch's first read saw none of its keys; two were queued by then."""
+    same, other, new = (keys.make_key("mail", 10**18, seq) for seq in (1, 2, 3))
+    insert(same, codec.encode_one(Message(subject="same")))
+    insert(other, codec.encode_one(Message(subject="queued")))
+    read = ndjson._held
+    calls: list[int] = []
+
+    def first_read_sees_nothing(cursor, table, batch):
+        calls.append(len(batch))
+        return {} if len(calls) == 1 else read(cursor, table, batch)
+
+    monkeypatch.setattr(ndjson, "_held", first_read_sees_nothing)
+    loaded = ndjson.load(dump_of(tmp_path, (same, "same"), (other, "dumped"), (new, "new")))
+    assert loaded == ndjson.Loaded(
+        rows=3, inserted=1, identical=1, conflicting=1, conflicts=[(2, other)]
+    )
+    assert calls == [3, 3]

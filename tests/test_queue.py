@@ -640,3 +640,33 @@ def test_a_limited_fetch_meeting_a_legacy_row_splits_it_and_gives_the_oldest(clo
     put_row(b"q", [msg("a"), msg("b"), msg("c")])
     assert subjects(fetch_failed_msgs("q", limit=2)) == ["a", "b"]
     assert len(row_keys()) == 3
+
+
+# --- a first failure in the future ----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "queued_at",
+    [NOW + timedelta(minutes=5, seconds=1), GoTime.parse("9999-12-15T00:00:00Z")],
+    ids=["just past the skew", "year 9999"],
+)
+def test_store_refuses_a_first_failure_in_the_future_and_writes_nothing(
+    clock, queued_at: datetime
+) -> None:
+    with pytest.raises(QueueingError, match=r"^problem with persistent queue: queued_at .* future"):
+        store_failed_msgs("q", msg("ahead", queued_at=queued_at))
+    assert row_keys() == []
+
+
+def test_store_refuses_it_inside_a_callers_transaction_too(clock) -> None:
+    from django.db import transaction
+
+    with transaction.atomic(), pytest.raises(QueueingError, match="future"):
+        store_failed_msgs("q", msg("ahead", queued_at=NOW + timedelta(days=1)))
+    assert row_keys() == []
+
+
+def test_store_takes_a_first_failure_within_the_clock_skew(clock) -> None:
+    key = store_failed_msgs("q", msg("a little ahead", queued_at=NOW + timedelta(minutes=4)))
+    assert subjects(fetch_failed_msgs("q")) == ["a little ahead"]
+    assert row_keys() == [key]

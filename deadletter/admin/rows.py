@@ -2,7 +2,10 @@
 as aware datetimes (Django renders them in the user's time zone), values labelled.
 
 Pure display: nothing here writes or knows the queue's rules beyond reading
-the age limit to say how long a message has left.
+the age limit to say how long a message has left. Any time another writer can
+store shows without an error: ages and time left are counted in nanoseconds
+(never `datetime` arithmetic, which stops at the years 1 and 9999), and a
+time no time zone can show is written as Go's text.
 """
 
 from __future__ import annotations
@@ -17,15 +20,28 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.timesince import timesince
 
+from deadletter import age as age_rule
 from deadletter import codec, inspection, keys
 from deadletter.conf import conf
 from deadletter.drain import ATTEMPTS_KEY, LAST_ERROR_KEY
-from deadletter.gotime import GoOnlyTime
+from deadletter.gotime import GoOnlyTime, GoTime
 from deadletter.messages import Message
 from deadletter.models import QueuedMessage
 
 EMPTY = "—"
+FUTURE = "in the future"
 ERROR_SHOWN = 80
+
+_NS = 1_000_000_000
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+# The instants every time zone can show: `datetime`'s range less a day at each
+# end (a UTC offset is under a day), so the user's zone never overflows.
+_SHOWN_FROM_NS = -62_135_510_400 * _NS  # 0001-01-02T00:00:00Z
+_SHOWN_UNTIL_NS = 253_402_214_400 * _NS  # 9999-12-31T00:00:00Z
+# Spans are worded by `timesince` from this start; longer ones in whole years.
+_WORDING_START = datetime(2000, 1, 1, tzinfo=UTC)
+_WORDED_NS = (253_370_764_800 - 946_684_800) * _NS  # 2000-01-01 to 9999-01-01
+_YEAR_NS = 31_556_952 * _NS  # the Gregorian calendar's mean year
 
 
 def messages_of(obj: QueuedMessage) -> list[Message] | None:
@@ -46,12 +62,28 @@ def first(obj: QueuedMessage) -> Message | None:
     return msgs[0] if msgs else None
 
 
+def instant_ns(value: Any) -> int | None:
+    """Nanoseconds since the epoch of a time (GoTime, GoOnlyTime, aware datetime)."""
+    if isinstance(value, GoTime | GoOnlyTime):
+        return value.unix_ns
+    if isinstance(value, datetime) and value.utcoffset() is not None:
+        since = value - _EPOCH
+        return (since.days * 86_400 + since.seconds) * _NS + since.microseconds * 1000
+    return None
+
+
 def as_datetime(value: Any) -> datetime | None:
     """A message time as a plain aware datetime (a subclass's arithmetic, kept to
-    the nanosecond, costs more than the display needs); None for the few times
-    Python cannot hold (year 0), which are shown as Go's text instead."""
-    if type(value) is datetime or not isinstance(value, datetime):
-        return value if isinstance(value, datetime) else None
+    the nanosecond, costs more than the display needs); None for a time no time
+    zone can show (year 0, an offset of ±24:00, within a day of the years 1 and
+    9999), which is shown as Go's text instead."""
+    if not isinstance(value, datetime):
+        return None
+    ns = instant_ns(value)
+    if ns is not None and not _SHOWN_FROM_NS <= ns < _SHOWN_UNTIL_NS:
+        return None
+    if type(value) is datetime:
+        return value
     return datetime(
         value.year,
         value.month,
@@ -65,37 +97,60 @@ def as_datetime(value: Any) -> datetime | None:
 
 
 def render_time(value: Any) -> Any:
-    """A time the way Django renders datetimes (user's zone, one format)."""
+    """A time the way Django renders datetimes (user's zone, one format); Go's
+    text for one no zone can show."""
     if value is None:
         return EMPTY
     when = as_datetime(value)
     if when is not None:
         return display_for_value(when, EMPTY)
-    return value.format() if isinstance(value, GoOnlyTime) else str(value)
+    return value.format() if isinstance(value, GoTime | GoOnlyTime) else str(value)
+
+
+def span(ns: int, depth: int = 1) -> str:
+    """A span of `ns` nanoseconds in `timesince`'s words ("4 weeks"); whole years
+    past what `datetime` can count; "0 minutes" for none."""
+    if ns <= 0:
+        return timesince(_WORDING_START, _WORDING_START)
+    if ns >= _WORDED_NS:
+        return f"{ns // _YEAR_NS:,}\xa0years"
+    end = _WORDING_START + timedelta(microseconds=ns // 1000)
+    return timesince(_WORDING_START, end, depth=depth)
 
 
 def age(value: Any, now: datetime) -> str:
-    when = as_datetime(value)
-    return timesince(when, now, depth=1) if when else EMPTY
+    """How long ago `value` was ("3 weeks"); `FUTURE` when it is ahead of `now`
+    by more than the clock skew the queue allows (`age.MAX_CLOCK_SKEW`)."""
+    ns, now_ns = instant_ns(value), instant_ns(now)
+    if ns is None or now_ns is None:
+        return EMPTY
+    if ns - now_ns > age_rule.MAX_CLOCK_SKEW_NS:
+        return FUTURE
+    return span(now_ns - ns)
+
+
+def ago(value: Any, now: datetime) -> str:
+    """`age` as a phrase: "3 weeks ago", or "in the future"."""
+    words = age(value, now)
+    return words if words in (EMPTY, FUTURE) else f"{words} ago"
 
 
 def duration(delta: timedelta) -> str:
     """A span as words ("30 days", "1 day"), not timedelta's "30 days, 0:00:00"."""
     if delta > timedelta(0) and delta == timedelta(days=delta.days):
         return f"{delta.days} day{'s' if delta.days != 1 else ''}"
-    start = datetime(2000, 1, 1, tzinfo=UTC)
-    return timesince(start, start + delta, depth=2) if delta > timedelta(0) else "0 minutes"
+    return span((delta.days * 86_400 + delta.seconds) * _NS + delta.microseconds * 1000, depth=2)
 
 
 def expires_in(value: Any, now: datetime) -> str:
     """Time left before the age limit drops the message ("expired" once past it)."""
-    when = as_datetime(value)
-    if when is None:
+    ns, now_ns = instant_ns(value), instant_ns(now)
+    if ns is None or now_ns is None:
         return EMPTY
-    left = when + conf.MAX_QUEUE_AGE - now
-    if left <= timedelta(0):
+    left = ns + age_rule.max_age_ns() - now_ns
+    if left <= 0:
         return "expired"
-    return timesince(now, now + left, depth=1)
+    return span(left)
 
 
 def attempts(msg: Message | None) -> int:
@@ -155,11 +210,10 @@ def key_parts(key: bytes) -> SafeString:
             keys.queue_of(key),
             len(key),
         )
-    written = datetime.fromtimestamp(parsed.time_ns / 1e9, tz=UTC)
     return format_html(
         "queue <b>{}</b>, parked {} ({} ns), seq {}",
         parsed.queue,
-        display_for_value(written, EMPTY),
+        render_time(GoTime.from_unix_ns(parsed.time_ns)),
         parsed.time_ns,
         parsed.seq,
     )

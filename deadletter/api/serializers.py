@@ -13,7 +13,7 @@ from django.conf import settings
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from deadletter import codec, keys
+from deadletter import age, codec, keys
 from deadletter.api.fields import (
     ExtraField,
     Int64Field,
@@ -128,6 +128,13 @@ class MessageSerializer(serializers.Serializer):
             )
         attrs["message"] = msg
         return attrs
+
+    def validate_queued_at(self, value: Any) -> Any:
+        """A first failure in the future would never reach the age limit."""
+        error = age.first_failure_error(value)
+        if error is not None:
+            raise serializers.ValidationError(error)
+        return value
 
 
 def message_of(attrs: dict[str, Any]) -> Message:

@@ -62,8 +62,10 @@ def import_kv(
 
     Per-message rows keep their keys and bytes; legacy aggregates are split
     (see the module docstring); de-duplication marks are ignored; corrupt
-    rows are counted and skipped. With `dry_run` nothing is written and the
-    report says what would be.
+    rows are counted and skipped, and so are messages whose first failure is
+    in the future (`age.first_failure_error`: the age limit would never reach
+    them), which stay in the file for the operator. With `dry_run` nothing is
+    written and the report says what would be.
 
     Written in batches of `BATCH` rows, each its own short transaction, so
     parking (`store_failed_msgs`) never waits long for SQLite's write lock;
@@ -101,16 +103,19 @@ def import_kv(
                     counts,
                     lambda name: kv_first_message_ns(source, name),
                     now_ns,
+                    skip_future=True,
                 )
                 move(rows, sink, counts, dry_run, on_rows)
                 logger.info(
-                    "imported queue=%s path=%s dry_run=%s written=%s present=%s corrupt=%s",
+                    "imported queue=%s path=%s dry_run=%s written=%s present=%s corrupt=%s "
+                    "future=%s",
                     counts.queue,
                     path,
                     dry_run,
                     counts.written,
                     counts.present,
                     counts.corrupt,
+                    counts.future,
                 )
     except sqlite3.DatabaseError as exc:
         raise KvFileError(f"{path}: cannot read: {exc}") from exc

@@ -11,13 +11,14 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from deadletter import codec, keys, legacy, sql
+from deadletter import age, codec, keys, legacy, sql
 from deadletter.kvcheck import (
     KvFileError,
     check_kv_table,
     check_sqlite_file,
     watch_queries,
 )
+from deadletter.messages import Message
 
 logger = logging.getLogger("deadletter")
 
@@ -34,7 +35,7 @@ Row = tuple[bytes, bytes]
 
 @dataclasses.dataclass
 class QueueCounts:
-    """What one queue's move found; `messages == written + present` always holds."""
+    """What one queue's move found; `messages == written + present + future` always holds."""
 
     queue: str
     rows: int = 0  # queue rows read from the source
@@ -42,9 +43,10 @@ class QueueCounts:
     written: int = 0  # messages written to the destination (or that would be, in a dry run)
     present: int = 0  # messages whose row the destination already holds: left alone
     corrupt: int = 0  # rows that did not decode: skipped, never moved
+    future: int = 0  # import: messages first failed in the future (`age`): skipped, left there
 
     def add(self, other: QueueCounts) -> None:
-        for field in ("rows", "messages", "written", "present", "corrupt"):
+        for field in ("rows", "messages", "written", "present", "corrupt", "future"):
             setattr(self, field, getattr(self, field) + getattr(other, field))
 
 
@@ -193,18 +195,28 @@ def time_ns_of(key: bytes | str) -> int | None:
 # --- turning source rows into destination rows ---------------------------
 
 
-def _legacy_anchor(prefix: bytes, value: bytes, first_message_ns: int | None) -> tuple[int, int]:
-    """(message count, top_ns) for splitting an aggregate from a source file, from that file alone.
+def _legacy_anchor(
+    prefix: bytes, value: bytes, first_message_ns: int | None, future_after: int | None
+) -> tuple[int, int, dict[int, str]]:
+    """(message count, top_ns, future) for splitting an aggregate from a source file,
+    from that file alone; `future` maps the index of each message whose first
+    failure is in the future at `future_after` (when given) to why.
 
     Its messages go just below the queue's first per-message row in the
     source, as in fetch. Without one, below the newest `queued_at` (or
-    timestamp) the aggregate holds: a time the file fixes, not the clock, so
-    a second import derives the very same keys. Reads the blob once,
-    message by message; raises `codec.CodecError` for a corrupt blob.
+    timestamp) the aggregate holds, or the last key time there is when that is
+    later: a time the file fixes, not the clock, so a second import derives the
+    very same keys.
+    Reads the blob once, message by message; raises `codec.CodecError` for a
+    corrupt blob.
     """
     count = 0
     newest: int | None = None
+    future: dict[int, str] = {}
     for msg in codec.iter_decode(value):
+        error = _first_future([msg], future_after)
+        if error is not None:
+            future[count] = error
         count += 1
         moment = msg.queued_at or msg.timestamp
         if moment is not None and (newest is None or moment.unix_ns > newest):
@@ -213,7 +225,10 @@ def _legacy_anchor(prefix: bytes, value: bytes, first_message_ns: int | None) ->
         top_ns = first_message_ns
     else:
         top_ns = count if newest is None else newest + 1
-    return count, max(top_ns, count)
+    return count, min(max(top_ns, count), _KEY_TIME_END), future
+
+
+_KEY_TIME_END = 1 << 64  # key times are unsigned 64-bit nanoseconds
 
 
 def destination_rows(
@@ -221,18 +236,26 @@ def destination_rows(
     counts: QueueCounts,
     first_message_ns: Callable[[bytes], int | None],
     now_ns: int,
+    *,
+    skip_future: bool = False,
 ) -> Iterator[tuple[bytes, bytes, int]]:
     """`(key, value, messages)` to write for one queue's source rows; counts what it reads.
 
     A per-message row keeps its key and bytes; a legacy aggregate becomes one
     row per message; a row that does not decode is counted and skipped; an
-    empty row holds nothing to move.
+    empty row holds nothing to move. With `skip_future` (an import) a message
+    whose first failure is in the future at `now_ns` is not moved, since the
+    age limit would never reach it: it is counted and logged, and the row
+    holding it (its slot, in an aggregate) left where it is.
     """
+    future_after = now_ns if skip_future else None
     for key, value in rows:
         counts.rows += 1
         if keys.is_legacy_key(key):
             try:
-                count, top_ns = _legacy_anchor(key, value, first_message_ns(key))
+                count, top_ns, future = _legacy_anchor(
+                    key, value, first_message_ns(key), future_after
+                )
             except codec.CodecError as exc:
                 _corrupt(counts, key, exc)
                 continue
@@ -246,23 +269,47 @@ def destination_rows(
                 seq=legacy.split_seq(key, value),
                 now_ns=now_ns,
             )
-            for new_key, new_value in split:
-                yield new_key, new_value, 1
+            for index, (new_key, new_value) in enumerate(split):
+                if index in future:
+                    _future(counts, key, 1, f"message {index}: {future[index]}")
+                else:
+                    yield new_key, new_value, 1
             continue
         try:
             keys.parse_key(key)
-            messages = len(codec.decode(value))
+            msgs = codec.decode(value)
         except (codec.CodecError, ValueError) as exc:
             _corrupt(counts, key, exc)
             continue
-        counts.messages += messages
-        if messages:
-            yield key, value, messages
+        counts.messages += len(msgs)
+        error = _first_future(msgs, future_after)
+        if error is not None:
+            _future(counts, key, len(msgs), error)
+        elif msgs:
+            yield key, value, len(msgs)
+
+
+def _first_future(msgs: list[Message], future_after: int | None) -> str | None:
+    """Why the first of `msgs` whose first failure is after `future_after` is refused."""
+    if future_after is None:
+        return None
+    errors = (age.first_failure_error(m.queued_at, future_after) for m in msgs)
+    return next((e for e in errors if e is not None), None)
 
 
 def _corrupt(counts: QueueCounts, key: bytes, exc: Exception) -> None:
     counts.corrupt += 1
     logger.warning("skipping corrupt row queue=%s key=%s error=%s", counts.queue, key.hex(), exc)
+
+
+def _future(counts: QueueCounts, key: bytes, messages: int, why: str) -> None:
+    counts.future += messages
+    logger.warning(
+        "skipping a message first failed in the future queue=%s key=%s error=%s",
+        counts.queue,
+        key.hex(),
+        why,
+    )
 
 
 def valid_name(name: bytes) -> str | None:
@@ -324,7 +371,8 @@ def resolve_queues(
 
 
 def format_report(report: Report) -> str:
-    """The report as the commands print it: one line of summary, then a table per queue."""
+    """The report as the commands print it: one line of summary, then a table per queue
+    (with a `future` column when an import left such messages in the file)."""
     total = report.total
     verb = report.action
     direction = "from" if report.action == "import" else "to"
@@ -336,10 +384,25 @@ def format_report(report: Report) -> str:
         written = f"{verb}ed"
     if report.ignored:
         head += f"; {report.ignored} de-duplication rows left alone"
-    columns = ("queue", "rows", "messages", written, "present", "corrupt")
+    if total.future:
+        head += (
+            f"; {total.future} messages whose first failure is in the future were left in "
+            "the file (the Go program's clock?)"
+        )
+    columns: tuple[str, ...] = ("queue", "rows", "messages", written, "present", "corrupt")
+    if total.future:
+        columns += ("future",)
     lines = [*report.queues, total]
     table = [columns] + [
-        (c.queue, str(c.rows), str(c.messages), str(c.written), str(c.present), str(c.corrupt))
+        (
+            c.queue,
+            str(c.rows),
+            str(c.messages),
+            str(c.written),
+            str(c.present),
+            str(c.corrupt),
+            str(c.future),
+        )[: len(columns)]
         for c in lines
     ]
     widths = [max(len(row[i]) for row in table) for i in range(len(columns))]

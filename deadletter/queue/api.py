@@ -50,12 +50,16 @@ def store_failed_msgs(queue: str, msg: Message) -> bytes:
     `queued_at` is stamped with now only when unset: it is the time of first
     failure and anchors the age limit, so a message handed back and parked
     again keeps it. Raises `QueueingError` when the row cannot be written (or
-    would be over `DEADLETTER_MAX_ROW_BYTES`) and `ValueError` for an invalid
-    queue name.
+    would be over `DEADLETTER_MAX_ROW_BYTES`, or its `queued_at` is in the
+    future: `age.first_failure_error`) and `ValueError` for an invalid queue
+    name.
     """
     prefix = keys.encode_queue_name(queue)
     if msg.queued_at is None:
         msg = msg.replace(queued_at=GoTime.now())
+    elif (future := age.first_failure_error(msg.queued_at)) is not None:
+        logger.error("store failed queue=%s reason=future-queued-at error=%s", queue, future)
+        raise QueueingError(future)
     try:
         value = codec.encode_one(msg)
     except (codec.CodecError, TypeError, ValueError) as exc:

@@ -1,8 +1,13 @@
 """`manage.py deadletter_load FILE`: put the rows of an NDJSON dump back, keys kept.
 
-Every line is checked before anything is written: a malformed line is named
-with its number and nothing of the file is loaded. A row whose key is already
-queued is left alone, so loading the same file twice adds nothing.
+Every line is checked before anything is written: a malformed line (or one
+nested too deeply, over `DEADLETTER_MAX_ROW_BYTES`, or with a first failure
+in the future) is named with its number and nothing of the file is loaded.
+A row whose key is already queued is left alone, so loading the same file
+twice adds nothing; one whose key is queued with other content (a conflict:
+the queued row was retried, or the dump is of another database) is not
+written either, and the command says so and exits with status 1 once the
+rest is loaded.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from typing import IO, Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
 
-from deadletter import ndjson
+from deadletter import keys, ndjson
 from deadletter.progress import add_progress_argument, progress_bar
 
 
@@ -37,7 +42,7 @@ class Command(BaseCommand):
                 ) as tick:
                     rows = ndjson.check(source, spool, on_bytes=tick)
                 with progress_bar(self.stderr, total=rows, desc="loading", enabled=enabled) as tick:
-                    inserted = ndjson.insert(spool, on_row=tick)
+                    loaded = ndjson.insert(spool, on_row=tick)
         except ndjson.LoadError as exc:
             raise CommandError(f"{name}: {exc}; nothing was loaded") from None
         except OSError as exc:
@@ -47,9 +52,26 @@ class Command(BaseCommand):
                 f"could not write the queue: {exc}; the batches committed before stay, "
                 "and loading the file again adds only the rest"
             ) from exc
-        self.stdout.write(
-            f"Loaded {inserted} new row(s) of {rows} in {name} ({rows - inserted} already queued)."
+        summary = (
+            f"Loaded {loaded.inserted} new row(s) of {loaded.rows} in {name} "
+            f"({loaded.identical} already queued"
         )
+        if loaded.conflicting:
+            summary += f", {loaded.conflicting} conflicting"
+        self.stdout.write(summary + ").")
+        if loaded.conflicting:
+            raise CommandError(_conflicts(name, loaded))
+
+
+def _conflicts(name: str, loaded: ndjson.Loaded) -> str:
+    shown = ", ".join(f"line {n} key {keys.to_text(key)}" for n, key in loaded.conflicts)
+    more = loaded.conflicting - len(loaded.conflicts)
+    if more:
+        shown += f" and {more} more"
+    return (
+        f"{name}: {loaded.conflicting} row(s) not loaded: their key is queued with other "
+        f"content, left as queued ({shown})"
+    )
 
 
 def _size(path: str) -> int | None:
