@@ -416,3 +416,15 @@ def test_past_the_bound_of_hung_handlers_a_web_drain_hands_nothing_over(
         time.sleep(0.01)
     report = api.post(f"{API}/queues/hangs/drain/").json()
     assert report["delivered"] == 1
+
+
+def test_past_the_bound_retry_now_says_why_no_handler_was_started(
+    api: APIClient, admin: Client, settings: Any, monkeypatch: Any
+) -> None:
+    monkeypatch.setattr(timeouts, "MAX_HUNG_HANDLERS", 1)
+    settings.DEADLETTER_ADMIN_TIME_BUDGET = settings.DEADLETTER_API_TIME_BUDGET = 1
+    (key,) = park("hangs", "stuck")
+    hang_from_the_api(api, admin, key)
+    text = admin.post(f"{ADMIN}{keys.to_text(key)}/retry/", follow=True).content.decode()
+    assert "No handler was started after that: 1 handler(s)" in text
+    assert rows("hangs")[0].extra["Attempts"] == 1

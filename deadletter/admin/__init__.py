@@ -179,9 +179,9 @@ class QueuedMessageAdmin(admin.ModelAdmin):
         text = retried_text(report)
         level = retried_level(report)
         if progress.left:
-            why = "hung handlers" if progress.stopped_by == "hung handlers" else "the time budget"
+            why = "" if progress.stopped_by == "hung handlers" else " after the time budget"
             text += (
-                f" Stopped after {why}: {progress.left_text} selected message(s) "
+                f" Stopped{why}: {progress.left_text} selected message(s) "
                 "left for deadletter_drain (or select them again)."
             )
             level = messages.WARNING
@@ -308,12 +308,19 @@ class QueuedMessageAdmin(admin.ModelAdmin):
 
 
 def retried_text(report: drain.DrainReport) -> str:
-    return (
+    text = (
         f"Retried {report.handled} message(s): {report.delivered} delivered, "
         f"{report.requeued} partly delivered, {report.failed} still failing, "
         f"{sum(report.dropped.values())} dropped."
     )
+    if report.stopped_by == "hung handlers":
+        text += (
+            f" No handler was started after that: {drain.hung_handlers()} handler(s) that "
+            "did not return in time still run in this server process."
+        )
+    return text
 
 
 def retried_level(report: drain.DrainReport) -> int:
-    return messages.WARNING if report.failed or report.errors else messages.SUCCESS
+    hung = report.stopped_by == "hung handlers"
+    return messages.WARNING if report.failed or report.errors or hung else messages.SUCCESS
