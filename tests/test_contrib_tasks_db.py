@@ -13,6 +13,7 @@ from typing import Any
 import django
 import pytest
 from django.conf import settings
+from django.contrib import admin
 from django.core.management import call_command
 from django.test import override_settings
 
@@ -35,6 +36,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 def db_backend(subprocess_env: dict[str, str]) -> Iterator[dict[str, str]]:
     """django-tasks-db installed and migrated in the test database; yields the
     environment of a child process that sees it with the same settings."""
+    registered_before = set(admin.site._registry)
     with override_settings(
         **task_settings(
             list(settings.INSTALLED_APPS), "deadletter.contrib.tasks", "django_tasks_db"
@@ -47,6 +49,10 @@ def db_backend(subprocess_env: dict[str, str]) -> Iterator[dict[str, str]]:
             yield {**subprocess_env, "DJANGO_SETTINGS_MODULE": "tests.contrib_tasks_settings"}
         finally:
             DBTaskResult.objects.all().delete()
+    # Its admin registers on the one site once imported; with the app gone
+    # again, every later admin page would look the app up and fail.
+    for model in set(admin.site._registry) - registered_before:
+        admin.site.unregister(model)
 
 
 @pytest.fixture

@@ -54,9 +54,10 @@ def parking_handler(msg: Message) -> None:
 
 @pytest.fixture(autouse=True)
 def atomic_requests() -> Iterator[None]:
-    """ATOMIC_REQUESTS on for every database, as a project may set it."""
-    saved = {alias: connections[alias].settings_dict["ATOMIC_REQUESTS"] for alias in connections}
-    for alias in connections:
+    """ATOMIC_REQUESTS on for the project's database, as a project may set it
+    (not on aliases other test modules add for their own tests)."""
+    saved = {alias: connections[alias].settings_dict["ATOMIC_REQUESTS"] for alias in ["default"]}
+    for alias in saved:
         connections[alias].settings_dict["ATOMIC_REQUESTS"] = True
     yield
     for alias, value in saved.items():
