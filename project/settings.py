@@ -70,7 +70,7 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         # WAL lets readers run beside the one writer; the busy timeout makes a
         # second writer wait instead of failing with "database is locked".
         # mmap reads index pages without a copy each: the API's queue list counts
-        # a million keys in tens of ms with it (README, "Measured").
+        # a million keys in tens of ms with it (docs/measured.md).
         "init_command": (
             "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA mmap_size=268435456;"
         ),

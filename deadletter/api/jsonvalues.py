@@ -1,7 +1,7 @@
 """The JSON form of a message's unknown keys, which may hold any CBOR value.
 
 JSON cannot hold every CBOR value, so those that do not fit travel as an
-object with one key starting with `$` (the README's API section lists them):
+object with one key starting with `$` (docs/api.md lists them):
 
     {"$float": "NaN" | "Infinity" | "-Infinity"}   a non-finite float
     {"$int": "<decimal>"}                          an integer beyond ±(2**53 - 1), or a CBOR bignum
