@@ -9,7 +9,9 @@ class DeadletterConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from deadletter import checks  # noqa: F401  (registers the system checks)
+        from deadletter import checks
+
+        checks.register()
 
         if getattr(settings, "DEADLETTER_CAPTURE_TASKS", False):
             # The other way to opt in to deadletter.contrib.tasks, without its app entry.

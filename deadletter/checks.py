@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import os
 import re
 from collections.abc import Sequence
@@ -15,9 +14,10 @@ from django.core import checks
 from django.urls import URLResolver
 
 from deadletter.conf import DEFAULT_API_THROTTLE_RATES, conf
+from deadletter.drain.handlers import handler_problems, max_attempts_problem
+from deadletter.drain.timeouts import handler_timeout_problem, seconds_of
 
 
-@checks.register("deadletter")
 def check_settings(
     app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
 ) -> list[checks.CheckMessage]:
@@ -147,7 +147,6 @@ def _check_sqlite(alias: str, databases: dict[str, dict[str, Any]]) -> list[chec
     return found
 
 
-@checks.register("deadletter", checks.Tags.urls)
 def check_api_mount(
     app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
 ) -> list[checks.CheckMessage]:
@@ -203,14 +202,11 @@ _HANDLER_HINT = {
 }
 
 
-@checks.register("deadletter")
 def check_handlers(
     app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
 ) -> list[checks.CheckMessage]:
     """Import every configured handler now, so a typo fails `manage.py check`
     and deploys, not the first drain after an incident."""
-    from deadletter.drain import handler_problems
-
     errors: list[checks.CheckMessage] = []
     for problem in handler_problems(conf.HANDLERS):
         check_id, hint = _HANDLER_HINT[problem.kind]
@@ -227,15 +223,6 @@ def check_handlers(
     return errors
 
 
-def max_attempts_problem(value: Any) -> str | None:
-    """What is wrong with `DEADLETTER_MAX_ATTEMPTS` (E005), or None; the drain
-    refuses to start on the same text."""
-    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-        return f"DEADLETTER_MAX_ATTEMPTS must be None or an int of at least 1, got {value!r}"
-    return None
-
-
-@checks.register("deadletter")
 def check_time_limits(
     app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
 ) -> list[checks.CheckMessage]:
@@ -254,7 +241,7 @@ def check_time_limits(
         )
     for name in ("ADMIN_TIME_BUDGET", "API_TIME_BUDGET"):
         value = getattr(settings, f"DEADLETTER_{name}", _UNSET)
-        seconds = _seconds(value)
+        seconds = seconds_of(value)
         if value is not _UNSET and (seconds is None or seconds < 0):
             errors.append(
                 checks.Error(
@@ -269,19 +256,10 @@ def check_time_limits(
 _UNSET = object()
 
 
-def _seconds(value: Any) -> float | None:
-    """`value` as seconds when it is a finite int or float (not a bool), else None."""
-    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
-        return float(value)
-    return None
-
-
-def handler_timeout_problem(value: Any) -> str | None:
-    """What is wrong with `DEADLETTER_HANDLER_TIMEOUT` (E010), or None; the drain
-    refuses to start on the same text."""
-    seconds = _seconds(value)
-    if value is not None and (seconds is None or seconds <= 0):
-        return (
-            f"DEADLETTER_HANDLER_TIMEOUT must be None or a number of seconds above 0, got {value!r}"
-        )
-    return None
+def register() -> None:
+    """Register the app's system checks; called from `DeadletterConfig.ready()`, so
+    importing this module has no side effect (Django keeps a set: twice is once)."""
+    checks.register(check_settings, "deadletter")
+    checks.register(check_api_mount, "deadletter", checks.Tags.urls)
+    checks.register(check_handlers, "deadletter")
+    checks.register(check_time_limits, "deadletter")

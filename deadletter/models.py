@@ -1,15 +1,24 @@
-"""The queue table: one row per message, the key holds everything to order and bound it."""
+"""Every model of the app: the queue table (one row per message, the key holds
+everything to order and bound it) with its queryset for the non-hot paths, and
+the operational bookkeeping beside it (drop counters, expiry warnings).
+
+The queryset's statements are plain ORM, so every Django instrument sees
+them; the hot paths (store, dequeue, a scan's pages) stay raw SQL in `sql.py`.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.db import models
+from django.db import models, transaction
 
 from deadletter import keys
-from deadletter.rowsets import QueuedMessageQuerySet
+
+DROP_TABLE = "deadletter_dropcount"
+WARNING_TABLE = "deadletter_expirywarning"
 
 
 class HexKey(bytes):
@@ -64,6 +73,62 @@ def _from_hex(text: str) -> bytes:
     return bytes.fromhex(text)
 
 
+class QueuedMessageQuerySet(models.QuerySet["QueuedMessage"]):
+    """A queue's tail, its row count, a claimed row, rows inserted unless present."""
+
+    def of_queue(self, queue: str) -> QueuedMessageQuerySet:
+        """The rows of `queue`: its key range `[name, name 0x01)`, a legacy row first."""
+        low, high = keys.queue_bounds(queue)
+        return self.filter(key__gte=low, key__lt=high)
+
+    def tail_key(self, queue: str) -> bytes | None:
+        """The newest key of `queue` (one index lookup)."""
+        key = self.of_queue(queue).order_by("-key").values_list("key", flat=True).first()
+        return None if key is None else bytes(key)
+
+    def count_rows(self, queue: str, until: bytes | None = None) -> int:
+        """Rows of `queue` up to and including `until`."""
+        rows = self.of_queue(queue)
+        return (rows if until is None else rows.filter(key__lte=until)).count()
+
+    def claim(
+        self, queue: str, *, after: bytes | None, inclusive: bool, until: bytes | None
+    ) -> tuple[bytes, bytes] | None:
+        """Lock the oldest row of `queue` from `after` on (up to `until`) that no other
+        transaction holds (`FOR UPDATE SKIP LOCKED`); `(key, value)` or None."""
+        rows = self.of_queue(queue)
+        if after is not None:
+            rows = rows.filter(key__gte=after) if inclusive else rows.filter(key__gt=after)
+        if until is not None:
+            rows = rows.filter(key__lte=until)
+        return _row(
+            rows.select_for_update(skip_locked=True)
+            .order_by("key")
+            .values_list("key", "value")
+            .first()
+        )
+
+    def locked_row(self, key: bytes, *, lock: bool) -> tuple[bytes, bytes] | None:
+        """`(key, value)` of the row `key`, locked `FOR UPDATE SKIP LOCKED` when `lock`."""
+        rows = self.filter(key=key)
+        if lock:
+            rows = rows.select_for_update(skip_locked=True)
+        return _row(rows.values_list("key", "value").first())
+
+    def insert_missing(self, rows: Iterable[tuple[bytes, bytes]]) -> None:
+        """Insert `(key, value)` rows in one short transaction, leaving a key already
+        present as it is; the instances are built before the write lock is taken."""
+        objs = [self.model(key=key, value=value) for key, value in rows]
+        with transaction.atomic(using=self.db):
+            self.bulk_create(objs, ignore_conflicts=True)
+
+
+def _row(row: Any) -> tuple[bytes, bytes] | None:
+    if row is None:
+        return None
+    return bytes(row[0]), bytes(row[1]) if row[1] is not None else b""
+
+
 class QueuedMessage(models.Model):
     """A parked message: `key` as in `keys.py`, `value` the Go program's CBOR.
 
@@ -115,8 +180,46 @@ class QueuedMessage(models.Model):
         return keys.written_at(self.key_bytes)
 
 
-# The operational bookkeeping tables (drop counters, expiry warnings) live in
-# their own module; imported here so Django registers them with the app.
-from deadletter.counters import DropCount, ExpiryWarning  # noqa: E402
+class DropCount(models.Model):
+    """Messages of `queue` thrown away for `reason` since the table was created.
 
-__all__ = ["DropCount", "ExpiryWarning", "HexKey", "HexKeyField", "QueuedMessage"]
+    Only ever incremented, in the transaction that deletes the rows, so it is a
+    Prometheus counter that survives restarts and is never ahead of the drops.
+    """
+
+    queue = models.CharField(max_length=keys.MAX_QUEUE_NAME_BYTES)
+    reason = models.CharField(max_length=20)
+    count = models.BigIntegerField(default=0)
+
+    class Meta:
+        app_label = "deadletter"
+        constraints = [
+            models.UniqueConstraint(fields=["queue", "reason"], name="deadletter_dropcount_uniq")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.queue} {self.reason} {self.count}"
+
+
+class ExpiryWarning(models.Model):
+    """A message (by row key) already warned about as close to its age limit:
+    `DEADLETTER_EXPIRY_WARNING` warns once per message, not once per run."""
+
+    key = models.BinaryField(primary_key=True, max_length=keys.MAX_QUEUE_NAME_BYTES + 17)
+    warned_at = models.DateTimeField()
+
+    class Meta:
+        app_label = "deadletter"
+
+    def __str__(self) -> str:
+        return bytes(self.key).hex()
+
+
+__all__ = [
+    "DropCount",
+    "ExpiryWarning",
+    "HexKey",
+    "HexKeyField",
+    "QueuedMessage",
+    "QueuedMessageQuerySet",
+]

@@ -8,9 +8,10 @@ import pytest
 from django.db import connection, transaction
 
 from deadletter import codec, keys, queue, sql
-from deadletter.counters import DropCount, drop_counts, record_drop
+from deadletter.counters import drop_counts, record_drop
 from deadletter.gotime import GoTime
 from deadletter.messages import Message
+from deadletter.models import DropCount
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -10,9 +10,9 @@ import pytest
 from django.db import connection
 
 from deadletter import codec, expiry, keys, queue, signals
-from deadletter.counters import ExpiryWarning
 from deadletter.gotime import GoTime
 from deadletter.messages import Message
+from deadletter.models import ExpiryWarning
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -8,9 +8,9 @@ import pytest
 from django.db import connection
 
 from deadletter import codec, keys, queue, stats, summaries
-from deadletter.counters import DropCount
 from deadletter.gotime import GoTime
 from deadletter.messages import Message
+from deadletter.models import DropCount
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -1,6 +1,6 @@
 """Handlers: `DEADLETTER_HANDLERS` read, checked and imported before any row is
-touched. `handler_problems` is the one place of checks E002-E004's logic: the
-system check and the drain both call it.
+touched. `handler_problems` and `max_attempts_problem` are the one place of
+checks E002-E005's logic: the system check and the drain both call them.
 """
 
 from __future__ import annotations
@@ -16,7 +16,13 @@ from deadletter.conf import conf
 from deadletter.drain.errors import DrainConfigError
 from deadletter.messages import Message
 
-__all__ = ["Handler", "HandlerProblem", "handler_problems", "load_handlers"]
+__all__ = [
+    "Handler",
+    "HandlerProblem",
+    "handler_problems",
+    "load_handlers",
+    "max_attempts_problem",
+]
 
 Handler = Callable[[Message], Message | None]
 
@@ -101,3 +107,11 @@ def load_handlers(queues: Sequence[str] | None = None) -> dict[str, tuple[str, H
             "add them to DEADLETTER_HANDLERS"
         )
     return {name: (configured[name], import_string(configured[name])) for name in wanted}
+
+
+def max_attempts_problem(value: Any) -> str | None:
+    """What is wrong with `DEADLETTER_MAX_ATTEMPTS` (E005), or None; the drain
+    refuses to start on the same text."""
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+        return f"DEADLETTER_MAX_ATTEMPTS must be None or an int of at least 1, got {value!r}"
+    return None

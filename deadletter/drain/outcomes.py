@@ -12,10 +12,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from deadletter import keys, queue
-from deadletter.checks import max_attempts_problem
 from deadletter.conf import conf
 from deadletter.drain.errors import DrainConfigError
-from deadletter.drain.handlers import Handler
+from deadletter.drain.handlers import Handler, max_attempts_problem
 from deadletter.drain.timeouts import HungHandlers, call_within
 from deadletter.exceptions import PermanentFailure
 from deadletter.messages import Message

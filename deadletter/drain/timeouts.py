@@ -19,7 +19,6 @@ from typing import Any
 
 from django.db import connections
 
-from deadletter.checks import handler_timeout_problem
 from deadletter.conf import conf
 from deadletter.drain.errors import DrainConfigError
 from deadletter.drain.handlers import Handler
@@ -40,6 +39,24 @@ logger = logging.getLogger("deadletter")
 
 # Handler threads given up on and still running that one process may hold.
 MAX_HUNG_HANDLERS = 8
+
+
+def seconds_of(value: Any) -> float | None:
+    """`value` as seconds when it is a finite int or float (not a bool), else None."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
+
+
+def handler_timeout_problem(value: Any) -> str | None:
+    """What is wrong with `DEADLETTER_HANDLER_TIMEOUT` (E010), or None; the drain
+    refuses to start on the same text."""
+    seconds = seconds_of(value)
+    if value is not None and (seconds is None or seconds <= 0):
+        return (
+            f"DEADLETTER_HANDLER_TIMEOUT must be None or a number of seconds above 0, got {value!r}"
+        )
+    return None
 
 
 class HandlerTimeout(Exception):

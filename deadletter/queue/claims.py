@@ -37,7 +37,7 @@ from deadletter.queue.rows import (
 )
 
 if TYPE_CHECKING:
-    from deadletter.rowsets import QueuedMessageQuerySet
+    from deadletter.models import QueuedMessageQuerySet
 
 logger = logging.getLogger("deadletter")
 
