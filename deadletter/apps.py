@@ -1,5 +1,4 @@
 from django.apps import AppConfig
-from django.conf import settings
 
 
 class DeadletterConfig(AppConfig):
@@ -10,10 +9,11 @@ class DeadletterConfig(AppConfig):
 
     def ready(self) -> None:
         from deadletter import checks
+        from deadletter.conf import conf
 
         checks.register()
 
-        if getattr(settings, "DEADLETTER_CAPTURE_TASKS", False):
+        if conf.CAPTURE_TASKS:
             # The other way to opt in to deadletter.contrib.tasks, without its app entry.
             from deadletter.contrib.tasks import capture
 

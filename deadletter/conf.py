@@ -32,6 +32,8 @@ _DEFAULTS: dict[str, Any] = {
     "EXPIRY_WARNING": None,
     "METRICS_TOKEN": None,
     "API_THROTTLE_RATES": DEFAULT_API_THROTTLE_RATES,
+    "MAX_MESSAGE_BYTES": 2**20,
+    "CAPTURE_TASKS": False,
 }
 _cache: dict[str, Any] = {}
 _cached_from: list[Any] = [None]
@@ -108,6 +110,16 @@ class Settings:
     def METRICS_TOKEN(self) -> str | None:
         """The bearer token the Prometheus endpoint asks for; unset: the endpoint is off."""
         return _read("METRICS_TOKEN") or None
+
+    @property
+    def MAX_MESSAGE_BYTES(self) -> int:
+        """The largest body the REST API takes to park (a 400 beyond it)."""
+        return int(_read("MAX_MESSAGE_BYTES"))
+
+    @property
+    def CAPTURE_TASKS(self) -> bool:
+        """Park failed Django Tasks without `deadletter.contrib.tasks` in INSTALLED_APPS."""
+        return bool(_read("CAPTURE_TASKS"))
 
     @property
     def API_THROTTLE_RATES(self) -> dict[str, str | None]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.conf import settings
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
@@ -23,6 +22,7 @@ from deadletter.api.fields import (
     format_time,
     format_unix_ns,
 )
+from deadletter.conf import conf
 from deadletter.inspection import Row
 from deadletter.messages import Message
 from deadletter.queue import seals
@@ -32,12 +32,11 @@ MAX_PAGE_SIZE = 200
 DEFAULT_PAGE_SIZE = 50
 MAX_DRAIN_LIMIT = 1000
 DEFAULT_DRAIN_LIMIT = 100
-DEFAULT_MAX_MESSAGE_BYTES = 1 << 20
 
 
 def max_message_bytes() -> int:
     """`DEADLETTER_MAX_MESSAGE_BYTES` (1 MiB by default): the largest body a park takes."""
-    return int(getattr(settings, "DEADLETTER_MAX_MESSAGE_BYTES", DEFAULT_MAX_MESSAGE_BYTES))
+    return conf.MAX_MESSAGE_BYTES
 
 
 class QueueNameSerializer(serializers.Serializer):

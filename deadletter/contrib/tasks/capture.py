@@ -18,7 +18,6 @@ import logging
 from typing import Any
 
 from django.apps import apps
-from django.conf import settings
 from django.core import checks
 
 from deadletter import codec, queue
@@ -103,7 +102,7 @@ def queue_for(queue_name: str) -> str:
 
 def enabled() -> bool:
     """Asked per result, so that the opt-in follows the settings in force."""
-    return apps.is_installed(APP) or bool(getattr(settings, SETTING, False))
+    return apps.is_installed(APP) or conf.CAPTURE_TASKS
 
 
 def install() -> None:
