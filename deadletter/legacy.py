@@ -305,9 +305,11 @@ def iter_queue_heads(connection: BaseDatabaseWrapper, table: str) -> Iterator[by
 def split_legacy_rows(connection: BaseDatabaseWrapper, table: str) -> tuple[int, int]:
     """Split every legacy aggregate row of `table`; returns (aggregates split, rows stored).
 
-    Each aggregate goes through `split_legacy_row` in its own transaction, so
-    an interrupted run keeps every queue it finished and a rerun carries on
-    with the rest: a crash leaves each aggregate either whole or fully split.
+    Each aggregate goes through `split_legacy_row` (its own short transactions)
+    in turn, so an interrupted run keeps every queue it finished and a rerun
+    carries on with the rest: a crash leaves the queues before the one in hand
+    fully split, that one's aggregate beside the batches stored so far (none,
+    some or all of its messages, each once, in order) and the rest untouched.
     Nothing is dropped for age here (the next fetch applies the limit), and a
     corrupt aggregate is logged and left for fetch, which drops it by its
     own rule: a schema step should not be the one to destroy data.

@@ -1,8 +1,13 @@
 from __future__ import annotations
 
 import hashlib
+import random
 import shutil
+import signal
 import sqlite3
+import subprocess
+import sys
+import time
 import tracemalloc
 from collections.abc import Sequence
 from pathlib import Path
@@ -13,12 +18,14 @@ import time_machine
 
 from deadletter import codec, keys, kvfile
 from deadletter.gotime import GoTime
+from deadletter.kvfile.rows import BATCH
 from deadletter.messages import Message
 from deadletter.models import QueuedMessage
 from deadletter.queue import fetch_failed_msgs, store_failed_msgs
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
+REPO = Path(__file__).resolve().parents[1]
 NOW = "2026-11-29T12:00:00Z"
 QUEUED = GoTime.parse("2026-11-29T11:00:00Z")
 
@@ -270,6 +277,79 @@ def test_messages_already_parked_here_stay_beside_the_imported_ones(tmp_path: Pa
     source = make_kv(tmp_path / "go.sqlite", [row("q", T0, 1, msg("from go"))])
     kvfile.import_kv(source)
     assert subjects("q") == ["from go", "parked here"]
+
+
+# --- an import killed half way ----------------------------------------------------
+
+KILL_QUEUES = ("kill-a", "kill-b", "kill-c")
+KILL_RUNS = 20
+
+
+def imported_in_turn(clean: list[tuple[bytes, bytes]], logged: int) -> tuple[int, int]:
+    """After a kill: the import writes the queues one by one, each in key order in
+    batches of `BATCH` rows (one transaction each), so the first queues hold all of
+    their rows, the next a whole number of batches of its rows (a leading part, each
+    row once, its key and bytes those a complete import writes), the rest nothing;
+    the `logged` queues the import reported are among the first. Returns (queues
+    complete, rows of the next)."""
+    found = table_rows()
+    assert all(keys.queue_of(k) in KILL_QUEUES for k, _ in found)
+    states: list[int | None] = []  # rows held of an incomplete queue, None when complete
+    for name in KILL_QUEUES:
+        want = [(k, v) for k, v in clean if keys.queue_of(k) == name]
+        mine = [(k, v) for k, v in found if keys.queue_of(k) == name]
+        assert mine == want[: len(mine)], f"{name}: rows not a leading part of the import's"
+        assert len(mine) % BATCH == 0 or len(mine) == len(want), f"{name}: part of a batch"
+        states.append(None if len(mine) == len(want) else len(mine))
+    done = next((i for i, state in enumerate(states) if state is not None), len(states))
+    assert done >= logged, f"a queue reported imported is incomplete: {states}"
+    rest = states[done:]
+    assert all(state == 0 for state in rest[1:]), f"queues imported out of turn: {states}"
+    return done, (rest[0] or 0) if rest else 0
+
+
+@pytest.mark.slow
+def test_an_import_killed_at_random_points_then_rerun_writes_every_row_once(
+    tmp_path: Path, subprocess_env: dict[str, str]
+) -> None:
+    fixture = []
+    for name in KILL_QUEUES:
+        fixture.append(legacy(name, *(msg(f"{name} legacy {i:04}") for i in range(1_200))))
+        fixture += [row(name, T0 + i, 1, msg(f"{name} row {i:04}")) for i in range(700)]
+    source = make_kv(tmp_path / "go.sqlite", fixture)
+    kvfile.import_kv(source)
+    clean = table_rows()
+    seed = random.randrange(1 << 32)
+    rng = random.Random(seed)
+    print(f"seed={seed}")  # shown with a failure
+    outcomes: list[tuple[int, int]] = []
+    for _run in range(KILL_RUNS):
+        QueuedMessage.objects.all().delete()
+        child = subprocess.Popen(
+            [sys.executable, "manage.py", "deadletter_import_kv", str(source)],
+            cwd=REPO,
+            env=subprocess_env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert child.stderr is not None
+        # A random number of queues imported, then a kill at a random moment:
+        # inside one of the next queue's batches, between two, or after the last.
+        wait_for = rng.randrange(len(KILL_QUEUES) + 1)
+        logged = 0
+        while logged < wait_for and (line := child.stderr.readline()):
+            logged += "imported queue=" in line
+        time.sleep(rng.uniform(0, 0.15))
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+        child.stderr.close()
+        outcomes.append(imported_in_turn(clean, logged))
+
+        kvfile.import_kv(source)
+
+        assert table_rows() == clean
+    print(f"(queues imported, rows of the next) at each kill: {outcomes}")
 
 
 # --- a file that is not what it should be --------------------------------------

@@ -2,11 +2,13 @@
 
 Runs the frozen copy of the split and fold code in `_0002_frozen` (never the
 live `legacy`, `codec` or `messages`, which may change after this migration).
-Non-atomic on purpose: each aggregate is split in its own transaction, so a
-migration killed half way keeps every queue it finished and a rerun carries
-on with the rest, while each aggregate is either whole or fully split, never half. One
-transaction around everything would hold the write lock for the whole
-table and throw all of it away on a crash.
+Non-atomic on purpose: each aggregate is split in short transactions of its own
+(batches of rows, then the aggregate's delete), so a migration killed half way
+keeps every queue it finished and a rerun carries on with the rest; the queue in
+hand keeps its aggregate beside the batches stored so far (possibly all of them),
+each message once, and the rerun stores none of them twice. One transaction
+around everything would hold the write lock for the whole table and throw all of
+it away on a crash.
 """
 
 from __future__ import annotations
