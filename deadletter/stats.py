@@ -34,6 +34,7 @@ from deadletter import codec, keys, sql, summaries
 from deadletter.conf import conf
 from deadletter.counters import DROP_REASONS, drop_counts
 from deadletter.messages import Message
+from deadletter.queue.rows import attempts_of
 
 __all__ = [
     "ATTEMPT_BUCKETS",
@@ -222,8 +223,7 @@ def _attempts(
 
 
 def _bucket(msg: Message) -> int:
-    value = msg.extra.get("Attempts")
-    attempts = value if type(value) is int and value > 0 else 0
+    attempts = attempts_of(msg.extra) or 0
     for index, high in enumerate(ATTEMPT_BUCKETS):
         if attempts <= high:
             return index

@@ -98,3 +98,32 @@ def test_a_row_over_the_size_limit_is_left_to_the_rules() -> None:
     value = codec.encode_one(Message(subject="x" * 100, queued_at=datetime.now(UTC)))
     assert _common(keys.new_key("q"), value, max_row_bytes=len(value)) is not None
     assert _common(keys.new_key("q"), value, max_row_bytes=len(value) - 1) is None
+
+
+@pytest.mark.parametrize(
+    ("extra", "count"),
+    [
+        ({}, 0),
+        ({"Attempts": 0}, 0),
+        ({"Attempts": 7}, 7),
+        ({"Attempts": -1}, None),
+        ({"Attempts": True}, None),
+        ({"Attempts": 2.0}, None),
+        ({"Attempts": "3"}, None),
+        ({"Attempts": None}, None),
+    ],
+)
+def test_the_attempt_count_is_a_count_or_corrupt_never_a_guess(
+    extra: dict[str, object], count: int | None
+) -> None:
+    assert rows.attempts_of(extra) == count
+    assert rows.Queued(b"q\x00" + bytes(16), Message(extra=extra)).attempts == (count or 0)
+
+
+@pytest.mark.django_db
+def test_the_admin_shows_a_corrupt_count_as_corrupt_not_as_a_number() -> None:
+    from deadletter.admin import rows as admin_rows
+
+    assert admin_rows.attempts(Message(extra={"Attempts": -4})) == admin_rows.CORRUPT_COUNT
+    assert admin_rows.attempts(Message(extra={"Attempts": 4})) == 4
+    assert admin_rows.attempts(None) == 0

@@ -278,7 +278,7 @@ class QueuedMessageAdmin(admin.ModelAdmin):
         return rows.expires_in(msg.queued_at, self._now()) if msg else rows.EMPTY
 
     @admin.display(description="attempts")
-    def attempts(self, obj: QueuedMessage) -> int:
+    def attempts(self, obj: QueuedMessage) -> int | str:
         return rows.attempts(rows.first(obj))
 
     @admin.display(description="last error")

@@ -27,6 +27,7 @@ from deadletter.drain import ATTEMPTS_KEY, LAST_ERROR_KEY
 from deadletter.gotime import GoOnlyTime, GoTime
 from deadletter.messages import Message
 from deadletter.models import QueuedMessage
+from deadletter.queue.rows import attempts_of
 
 EMPTY = "—"
 FUTURE = "in the future"
@@ -153,9 +154,15 @@ def expires_in(value: Any, now: datetime) -> str:
     return span(left)
 
 
-def attempts(msg: Message | None) -> int:
-    value = msg.extra.get(ATTEMPTS_KEY) if msg else None
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+def attempts(msg: Message | None) -> int | str:
+    """The attempt count to show: a number, or "corrupt count" for a value that is none."""
+    if msg is None:
+        return 0
+    count = attempts_of(msg.extra)
+    return CORRUPT_COUNT if count is None else count
+
+
+CORRUPT_COUNT = "corrupt count"
 
 
 def last_error(msg: Message | None) -> str:

@@ -110,7 +110,7 @@ def deliver(
 
 
 def _failed(item: queue.Queued, exc: Exception, max_attempts: int | None) -> Outcome:
-    attempts = _attempts(item.msg) + 1
+    attempts = item.attempts + 1
     error = _last_error(exc)
     extra = dict(item.msg.extra)
     extra[ATTEMPTS_KEY] = attempts
@@ -150,13 +150,6 @@ def _settle(item: queue.Queued, outcome: Outcome, write: Callable[[], object]) -
         logger.exception("could not settle message key=%s outcome=%s", item.key.hex(), outcome)
         return Outcome.FAILED
     return outcome
-
-
-def _attempts(msg: Message) -> int:
-    value = msg.extra.get(ATTEMPTS_KEY)
-    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-        return value
-    return 0
 
 
 def _last_error(exc: BaseException) -> str:

@@ -50,6 +50,7 @@ from deadletter.queue.rows import (
     OnDrop,
     Queued,
     QueueingError,
+    attempts_of,
     insert_value,
 )
 
@@ -70,6 +71,7 @@ __all__ = [
 ]
 
 _DRAIN_SIDE = (  # importable from here for the drain, the admin and the contrib apps
+    attempts_of,
     ATTEMPTS_KEY,
     LAST_ERROR_KEY,
     Dropped,

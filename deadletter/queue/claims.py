@@ -25,6 +25,7 @@ from deadletter.counters import record_drop
 from deadletter.gotime import GoTime
 from deadletter.messages import Message
 from deadletter.queue.rows import (
+    LAST_ERROR_KEY,
     REREAD,
     REREAD_LIMIT,
     DropReason,
@@ -110,7 +111,7 @@ def rewrite_msg(key: bytes, msg: Message) -> bool:
                 connection,
                 f"UPDATE {sql.quoted(connection, sql.table())} "
                 "SET value = %s, signature = %s WHERE key = %s",
-                (value, signature_of(msg.extra.get("LastError")), key),
+                (value, signature_of(msg.extra.get(LAST_ERROR_KEY)), key),
             )
         )
     except DatabaseError as exc:

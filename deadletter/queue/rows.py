@@ -13,8 +13,8 @@ from __future__ import annotations
 import enum
 import logging
 import time
-from collections.abc import Callable
-from typing import NamedTuple
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
 
 from django.db import DatabaseError, IntegrityError, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -67,17 +67,25 @@ class Queued(NamedTuple):
 
     @property
     def attempts(self) -> int:
-        """How many deliveries the drain has tried and seen fail; 0 when never tried."""
-        value = self.msg.extra.get(ATTEMPTS_KEY)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value
-        return 0
+        """How many deliveries the drain has tried and seen fail; 0 when never tried
+        (or when the count is corrupt: the drain counts on from 0)."""
+        return attempts_of(self.msg.extra) or 0
 
     @property
     def last_error(self) -> str | None:
         """The last failed delivery's error as `ExcClass: message`; None when never tried."""
         value = self.msg.extra.get(LAST_ERROR_KEY)
         return value if isinstance(value, str) and value else None
+
+
+def attempts_of(extra: Mapping[str, Any]) -> int | None:
+    """The one reading of `Attempts`: the failed deliveries so far, 0 when the key
+    is absent, None when its value is no count (negative, a bool, not an int),
+    which a page shows as corrupt and never as a number."""
+    value = extra.get(ATTEMPTS_KEY, 0)
+    if type(value) is int and value >= 0:
+        return value
+    return None
 
 
 class DropReason(enum.StrEnum):

@@ -182,8 +182,7 @@ def park(result: Any, redriven: Message | None = None) -> bytes | None:
     msg = message_of(result)
     name = queue_for(result.task.queue_name)
     if redriven is not None:
-        previous = redriven.extra.get(ATTEMPTS_KEY)
-        attempts = (previous if type(previous) is int and previous > 0 else 0) + 1
+        attempts = (queue.attempts_of(redriven.extra) or 0) + 1
         msg = msg.replace(queued_at=redriven.queued_at, extra={**msg.extra, ATTEMPTS_KEY: attempts})
         limit = conf.MAX_ATTEMPTS
         if limit is not None and attempts >= limit:
