@@ -30,6 +30,14 @@ __all__ = ["Budget", "Cursor", "Guard", "WorkerPool"]
 
 logger = logging.getLogger("deadletter")
 
+ABORT = signal.SIGUSR1
+"""The parent's "abort now" to its workers, kept apart from its SIGTERM ("stop")."""
+
+
+def _abort(signum: int, frame: Any) -> None:
+    """A worker's `ABORT`: as a second SIGTERM, the message in hand stays queued."""
+    raise DrainAborted(signal.SIGTERM)
+
 
 class Guard:
     """Serialises the worker processes of one run on their shared counters.
@@ -198,8 +206,7 @@ class WorkerPool:
             except DrainAborted:
                 if not told:
                     self._signal_workers(procs)
-                    time.sleep(0.05)  # two SIGTERMs at once may arrive as one
-                self._signal_workers(procs)
+                self._signal_workers(procs, ABORT)
                 deadline = time.monotonic() + 30
                 while readers and time.monotonic() < deadline:
                     for conn in mp_connection.wait(list(readers), timeout=0.2):
@@ -216,11 +223,14 @@ class WorkerPool:
         finally:
             os.unlink(guard_path)
 
-    def _signal_workers(self, procs: Sequence[Any]) -> bool:
+    def _signal_workers(self, procs: Sequence[Any], signum: int = signal.SIGTERM) -> bool:
+        """SIGTERM asks each worker to stop after the message in hand; `ABORT`
+        aborts it at once. Two signals of one kind sent close together can reach
+        a worker as one (one pending slot a signal), so the abort has its own."""
         for proc in procs:
             if proc.is_alive() and proc.pid is not None:
                 with contextlib.suppress(ProcessLookupError):
-                    os.kill(proc.pid, signal.SIGTERM)
+                    os.kill(proc.pid, signum)
         return True
 
     def _read(self, conn: Any, readers: dict[Any, Any], report: DrainReport) -> None:
@@ -239,7 +249,7 @@ class WorkerPool:
     def _send(self, message: tuple[str, Any]) -> None:
         """Report to the parent with SIGTERM held back, so an abort never cuts a
         message in half; a parent that is gone is noticed by `_may_go_on`."""
-        held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, ABORT})
         try:
             self._events.send(message)
         except (OSError, ValueError):
@@ -252,6 +262,7 @@ class WorkerPool:
         as SIGTERM), so one Ctrl-C on a terminal is not counted twice; a stop
         waits `grace` for the message in hand, as the parent does."""
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(ABORT, _abort)
         self._stop = threading.Event()
         self.stopped_by = None
         self._events = events
