@@ -32,17 +32,22 @@ def check_settings(
             )
         )
     errors.extend(_check_database())
-    rates = throttle_rates_problem(conf.API_THROTTLE_RATES)
-    if rates is not None:
-        errors.append(
-            checks.Error(
-                f"{rates}.",
-                hint='For example DEADLETTER_API_THROTTLE_RATES = {"failed_auth": "30/min", '
-                '"user": None}; a rate is <count>/<s|sec|m|min|h|hour|d|day>, None is off.',
-                id="deadletter.E009",
-            )
+    errors.extend(
+        _problem_error(
+            throttle_rates_problem(conf.API_THROTTLE_RATES),
+            hint='For example DEADLETTER_API_THROTTLE_RATES = {"failed_auth": "30/min", '
+            '"user": None}; a rate is <count>/<s|sec|m|min|h|hour|d|day>, None is off.',
+            check_id="deadletter.E009",
         )
+    )
     return errors
+
+
+def _problem_error(problem: str | None, *, hint: str, check_id: str) -> list[checks.CheckMessage]:
+    """The error for a setting's problem text (the one the drain refuses on), or none."""
+    if problem is None:
+        return []
+    return [checks.Error(f"{problem}.", hint=hint, id=check_id)]
 
 
 RATE = re.compile(r"[1-9][0-9]*/(s|sec|m|min|h|hour|d|day)")
@@ -211,15 +216,13 @@ def check_handlers(
     for problem in handler_problems(conf.HANDLERS):
         check_id, hint = _HANDLER_HINT[problem.kind]
         errors.append(checks.Error(f"{problem}.", hint=hint, id=check_id))
-    attempts = max_attempts_problem(conf.MAX_ATTEMPTS)
-    if attempts is not None:
-        errors.append(
-            checks.Error(
-                f"{attempts}.",
-                hint="Leave it unset to retry until the age limit, or set e.g. 10.",
-                id="deadletter.E005",
-            )
+    errors.extend(
+        _problem_error(
+            max_attempts_problem(conf.MAX_ATTEMPTS),
+            hint="Leave it unset to retry until the age limit, or set e.g. 10.",
+            check_id="deadletter.E005",
         )
+    )
     return errors
 
 
@@ -228,17 +231,12 @@ def check_time_limits(
 ) -> list[checks.CheckMessage]:
     """The drain's time limits are read when a drain starts: a bad one would fail
     the first drain after an incident, or every drain from the web, not the deploy."""
-    errors: list[checks.CheckMessage] = []
-    timeout = handler_timeout_problem(conf.HANDLER_TIMEOUT)
-    if timeout is not None:
-        errors.append(
-            checks.Error(
-                f"{timeout}.",
-                hint="Leave it unset for no limit, or give the seconds a handler may "
-                "take, e.g. DEADLETTER_HANDLER_TIMEOUT = 30.",
-                id="deadletter.E010",
-            )
-        )
+    errors = _problem_error(
+        handler_timeout_problem(conf.HANDLER_TIMEOUT),
+        hint="Leave it unset for no limit, or give the seconds a handler may "
+        "take, e.g. DEADLETTER_HANDLER_TIMEOUT = 30.",
+        check_id="deadletter.E010",
+    )
     for name in ("ADMIN_TIME_BUDGET", "API_TIME_BUDGET"):
         value = getattr(settings, f"DEADLETTER_{name}", _UNSET)
         seconds = seconds_of(value)
