@@ -1,4 +1,4 @@
-"""The optional C speed-up of the scan (deadletter/_speedups.c); the rest is in pyproject.toml.
+"""The optional C speed-up of the scan (deadletter/wire/_speedups.c); the rest is in pyproject.toml.
 
 `optional=True`: where it cannot be compiled, the app installs and runs on
 the Python code alone.
@@ -9,8 +9,8 @@ from setuptools import Extension, setup
 setup(
     ext_modules=[
         Extension(
-            "deadletter._speedups",
-            sources=["deadletter/_speedups.c"],
+            "deadletter.wire._speedups",
+            sources=["deadletter/wire/_speedups.c"],
             optional=True,
         )
     ]

@@ -25,7 +25,7 @@ CAUSES = ["ConnectionError: timeout after # s", "HTTPError: # Service Unavailabl
 
 
 def fill(raw, total: int, value: bytes, failed_value: bytes) -> None:
-    from deadletter import keys
+    from deadletter.wire import keys
 
     sql = "INSERT INTO deadletter_queuedmessage (key, value, signature) VALUES (?, ?, ?)"
     batch = []
@@ -52,9 +52,9 @@ def main() -> None:
     from django.test import Client
     from django.test.utils import CaptureQueriesContext
 
-    from deadletter import codec
-    from deadletter.gotime import GoTime
-    from deadletter.messages import Message
+    from deadletter.wire import codec
+    from deadletter.wire.gotime import GoTime
+    from deadletter.wire.messages import Message
 
     settings.ALLOWED_HOSTS = ["*"]
     msg = Message(subject="Ocjena", username="u@skole.hr", queued_at=GoTime.now())

@@ -23,7 +23,7 @@ API = "/api/deadletter"
 
 
 def fill(path, total: int, value: bytes) -> None:
-    from deadletter import keys
+    from deadletter.wire import keys
 
     raw = raw_connection(path)
     raw.execute("BEGIN")
@@ -46,9 +46,9 @@ def main() -> None:
     from django.db import connections
     from rest_framework.test import APIClient
 
-    from deadletter import codec
-    from deadletter.gotime import GoTime
-    from deadletter.messages import Message
+    from deadletter.wire import codec
+    from deadletter.wire.gotime import GoTime
+    from deadletter.wire.messages import Message
 
     settings.ALLOWED_HOSTS = ["*"]
     User.objects.create_superuser("bench")

@@ -15,7 +15,7 @@ about 300 bytes encoded). Rows and goals (SQLite; PostgreSQL in brackets):
                                                        pages: SQLite's mmap not counted)
   peek-N   the oldest N (10, 50, 100) of a ROWS-row queue vs SELECT ... LIMIT N +
            cbor2.loads                                 throughput >= 0.5x
-  the same without the C speed-up (deadletter/_speedups.c), no goals
+  the same without the C speed-up (deadletter/wire/_speedups.c), no goals
   depth    store into a ROWS-row queue vs into an empty one     <= 1.2x
   cursor   the same INSERT / DELETE / page SELECT through Django's cursor (plain, with
            an execute_wrapper, with query logging) vs the driver's cursor: what
@@ -69,7 +69,7 @@ GOALS = {  # (SQLite, PostgreSQL); time ratios are "at most", throughput "at lea
 
 def messages() -> dict[str, Any]:
     """Go's shape, and the same with keys of the user's own (about 300 bytes)."""
-    from deadletter.messages import Message
+    from deadletter.wire.messages import Message
 
     go = Message(
         subject="Ocjena: Matematika",
@@ -113,13 +113,13 @@ class Raw:
         )
 
     def keys_of(self, queue: str) -> list[bytes]:
-        from deadletter import keys
+        from deadletter.wire import keys
 
         return [bytes(r[0]) for r in self.execute(self.range_sql, keys.queue_bounds(queue))]
 
     def fill(self, queue: str, value: bytes, count: int) -> None:
         """`count` rows of `value` in `queue`, in bulk."""
-        from deadletter import keys
+        from deadletter.wire import keys
 
         for start in range(0, count, 50_000):
             rows = [(keys.new_key(queue), value) for _ in range(min(50_000, count - start))]
@@ -147,7 +147,7 @@ class Raw:
 @contextlib.contextmanager
 def codec_mode(python: bool) -> Iterator[None]:
     """With `python`, the codec's C speed-up switched off for the block."""
-    from deadletter import codec
+    from deadletter.wire import codec
 
     with codec.python_only() if python else contextlib.nullcontext():
         yield
@@ -201,9 +201,9 @@ def main() -> None:
             )
         connection.close()
 
-    from deadletter import codec, keys
     from deadletter import queue as dlqueue
     from deadletter.queue import dequeue, iter_failed_msgs, store_failed_msgs
+    from deadletter.wire import codec, keys
 
     if not codec.speedups_built():
         sys.exit("the C speed-up is not built: run ./dev (or pip install -e .) first")
@@ -453,7 +453,7 @@ def cursor_rows(connection: Any, raw: Raw, value: bytes) -> list[str]:
     """Issue 12: one INSERT, one DELETE and a scan's pages through Django's cursor
     (plain, with an execute_wrapper, with query logging) against the driver's
     cursor on the same connection; lines to print."""
-    from deadletter import codec, keys
+    from deadletter.wire import codec, keys
 
     table = connection.ops.quote_name(TABLE)
     django_insert = f"INSERT INTO {table} (key, value) VALUES (%s, %s)"
@@ -612,15 +612,15 @@ def scan_child(vendor: str, target: str, mode: str) -> None:
         from django.db import connection
 
         connection.ensure_connection()
-        from deadletter import codec
         from deadletter.queue import iter_failed_msgs
+        from deadletter.wire import codec
 
         if side == "app" and not codec.speedups_built():
             sys.exit("the C speed-up is not built: run ./dev (or pip install -e .) first")
     else:
         import cbor2
 
-        from deadletter import keys
+        from deadletter.wire import keys
 
         raw = Raw(vendor, target)
     base = anon_rss_bytes()

@@ -35,10 +35,10 @@ def main() -> None:
 
     from django.conf import settings
 
-    from deadletter import codec, keys
     from deadletter.drain import Drainer
-    from deadletter.gotime import GoTime
-    from deadletter.messages import Message
+    from deadletter.wire import codec, keys
+    from deadletter.wire.gotime import GoTime
+    from deadletter.wire.messages import Message
 
     settings.DEADLETTER_HANDLERS = {QUEUE: f"{__name__}.nothing"}
     value = codec.encode_one(

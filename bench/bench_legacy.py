@@ -108,7 +108,9 @@ def child(mode: str, path: Path, kv_path: Path) -> None:
     django.setup()
     from django.db import connection
 
-    from deadletter import kvfile, legacy, queue
+    from deadletter import queue
+    from deadletter.queue import legacy
+    from deadletter.transfer import kvfile
 
     connection.ensure_connection()
     with connection.cursor() as cursor:  # warm the connection and the SQL paths
@@ -153,9 +155,9 @@ def main() -> None:
     kv_path = path.with_name("legacy-kv.sqlite")
     kv_path.unlink(missing_ok=True)
 
-    from deadletter import codec
-    from deadletter.gotime import GoTime
-    from deadletter.messages import Message
+    from deadletter.wire import codec
+    from deadletter.wire.gotime import GoTime
+    from deadletter.wire.messages import Message
 
     queued = GoTime.now()
     blob = codec.encode(

@@ -61,9 +61,9 @@ def run(db: Path, *args: str) -> dict[str, float]:
 
 
 def fill(path: Path) -> None:
-    from deadletter import codec, keys
-    from deadletter.gotime import GoTime
-    from deadletter.messages import Message
+    from deadletter.wire import codec, keys
+    from deadletter.wire.gotime import GoTime
+    from deadletter.wire.messages import Message
 
     base = GoTime.now().unix_ns - 10**12
     values = [

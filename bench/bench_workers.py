@@ -71,11 +71,11 @@ def main() -> None:
     from django.conf import settings
     from django.core.management import call_command
 
-    from deadletter import codec, keys
     from deadletter.drain import Drainer
-    from deadletter.gotime import GoTime
-    from deadletter.messages import Message
     from deadletter.models import QueuedMessage
+    from deadletter.wire import codec, keys
+    from deadletter.wire.gotime import GoTime
+    from deadletter.wire.messages import Message
 
     call_command("migrate", verbosity=0)
     settings.DEADLETTER_HANDLERS = {QUEUE: f"{__name__}.wait_5ms"}

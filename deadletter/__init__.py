@@ -34,10 +34,10 @@ __all__ = [
 ]
 
 _LAZY = {
-    "EventCode": "deadletter.messages",
-    "Message": "deadletter.messages",
-    "GoTime": "deadletter.gotime",
-    "GoOnlyTime": "deadletter.gotime",
+    "EventCode": "deadletter.wire.messages",
+    "Message": "deadletter.wire.messages",
+    "GoTime": "deadletter.wire.gotime",
+    "GoOnlyTime": "deadletter.wire.gotime",
 }
 
 

@@ -15,7 +15,7 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.db import models, transaction
 
-from deadletter import keys
+from deadletter.wire import keys
 
 DROP_TABLE = "deadletter_dropcount"
 WARNING_TABLE = "deadletter_expirywarning"

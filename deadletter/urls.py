@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from django.urls import path
 
-from deadletter import keys
-from deadletter.metrics import metrics_view
+from deadletter.reports.metrics import metrics_view
+from deadletter.wire import keys
 
 app_name = "deadletter"
 

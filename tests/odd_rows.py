@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django.db import connection
 
-from deadletter import keys
+from deadletter.wire import keys
 
 
 def park_odd_rows(queue: str = "q") -> list[bytes]:

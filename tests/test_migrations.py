@@ -16,12 +16,12 @@ from django.core.management import call_command
 from django.db import connection
 from django.db.migrations.recorder import MigrationRecorder
 
-from deadletter import codec, keys, legacy
-from deadletter.gotime import GoTime
-from deadletter.messages import Message
 from deadletter.migrations._0002_frozen import legacy as frozen_legacy
 from deadletter.models import QueuedMessage
-from deadletter.queue import fetch_failed_msgs, store_failed_msgs
+from deadletter.queue import fetch_failed_msgs, legacy, store_failed_msgs
+from deadletter.wire import codec, keys
+from deadletter.wire.gotime import GoTime
+from deadletter.wire.messages import Message
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -20,7 +20,7 @@ from http.cookiejar import CookieJar
 from pathlib import Path
 from typing import Any
 
-from deadletter.messages import Message
+from deadletter.wire.messages import Message
 
 REPO = Path(__file__).resolve().parents[1]
 USER, PASSWORD = "web-drain", "web-drain-pw"

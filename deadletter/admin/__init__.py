@@ -29,11 +29,12 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 from django.views.decorators.http import require_POST
 
-from deadletter import drain, keys
+from deadletter import drain
 from deadletter.admin import bulk, overview, rows
 from deadletter.admin.changelist import CauseFilter, KeysetChangeList, QueueFilter
 from deadletter.conf import conf
 from deadletter.models import QueuedMessage
+from deadletter.wire import keys
 
 KEY_LOOKUPS = frozenset({"key", "key__exact", "key__gt", "key__gte", "key__lt", "key__lte"})
 

@@ -18,9 +18,10 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.safestring import SafeString
 
-from deadletter import inspection, keys
 from deadletter.admin import table
 from deadletter.models import QueuedMessage
+from deadletter.reports import inspection
+from deadletter.wire import keys
 
 AFTER = "after"
 MAX_CAUSES_LISTED = 20

@@ -21,9 +21,12 @@ from django.shortcuts import redirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
 
-from deadletter import counters, drain, inspection, keys, queue, sql
+from deadletter import drain, queue
 from deadletter.admin import rows
 from deadletter.conf import conf
+from deadletter.reports import inspection
+from deadletter.store import counters, sql
+from deadletter.wire import keys
 
 if TYPE_CHECKING:
     from deadletter.admin import QueuedMessageAdmin
@@ -72,7 +75,7 @@ def _context(model_admin: QueuedMessageAdmin, request: HttpRequest, **extra: Any
 def overview_page(model_admin: QueuedMessageAdmin, request: HttpRequest) -> HttpResponse:
     if not model_admin.has_view_permission(request):
         raise PermissionDenied
-    from deadletter.stats import DEFAULT_HORIZON
+    from deadletter.reports.stats import DEFAULT_HORIZON
 
     now = rows.now()
     horizon = conf.EXPIRY_WARNING or DEFAULT_HORIZON

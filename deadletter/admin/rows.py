@@ -20,14 +20,15 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.timesince import timesince
 
-from deadletter import age as age_rule
-from deadletter import codec, inspection, keys
 from deadletter.conf import conf
 from deadletter.drain import ATTEMPTS_KEY, LAST_ERROR_KEY
-from deadletter.gotime import GoOnlyTime, GoTime
-from deadletter.messages import Message
 from deadletter.models import QueuedMessage
+from deadletter.queue import age as age_rule
 from deadletter.queue.rows import attempts_of
+from deadletter.reports import inspection
+from deadletter.wire import codec, keys
+from deadletter.wire.gotime import GoOnlyTime, GoTime
+from deadletter.wire.messages import Message
 
 EMPTY = "—"
 FUTURE = "in the future"

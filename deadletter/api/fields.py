@@ -9,9 +9,8 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from deadletter import keys
-from deadletter.api import jsonvalues
-from deadletter.gotime import GoTime
+from deadletter.wire import jsonvalues, keys
+from deadletter.wire.gotime import GoTime
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
@@ -133,7 +132,7 @@ def format_time(value: Any) -> str:
     try:
         return str(value.format())
     except (ValueError, OverflowError):
-        from deadletter.summaries import epoch_ns
+        from deadletter.reports.summaries import epoch_ns
 
         return format_unix_ns(epoch_ns(value))
 

@@ -12,7 +12,6 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from deadletter import age, codec, keys
 from deadletter.api.fields import (
     ExtraField,
     Int64Field,
@@ -23,10 +22,11 @@ from deadletter.api.fields import (
     format_unix_ns,
 )
 from deadletter.conf import conf
-from deadletter.inspection import Row
-from deadletter.messages import Message
-from deadletter.queue import seals
-from deadletter.summaries import QueueStatus
+from deadletter.queue import age, seals
+from deadletter.reports.inspection import Row
+from deadletter.reports.summaries import QueueStatus
+from deadletter.wire import codec, keys
+from deadletter.wire.messages import Message
 
 MAX_PAGE_SIZE = 200
 DEFAULT_PAGE_SIZE = 50

@@ -14,7 +14,7 @@ from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from deadletter import drain, inspection, keys, queue, summaries
+from deadletter import drain, queue
 from deadletter.api.access import (
     ADD,
     DELETE,
@@ -35,6 +35,8 @@ from deadletter.api.serializers import (
     QueueSerializer,
     RowSerializer,
 )
+from deadletter.reports import inspection, summaries
+from deadletter.wire import keys
 
 NAME = OpenApiParameter(
     "name",

@@ -11,10 +11,10 @@ from typing import Any
 
 from django.utils.module_loading import import_string
 
-from deadletter import keys
 from deadletter.conf import conf
 from deadletter.drain.errors import DrainConfigError
-from deadletter.messages import Message
+from deadletter.wire import keys
+from deadletter.wire.messages import Message
 
 __all__ = [
     "Handler",

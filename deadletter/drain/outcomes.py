@@ -11,14 +11,15 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from deadletter import keys, queue
+from deadletter import queue
 from deadletter.conf import conf
 from deadletter.drain.errors import DrainConfigError
 from deadletter.drain.handlers import Handler, max_attempts_problem
 from deadletter.drain.timeouts import HungHandlers, call_within
 from deadletter.exceptions import PermanentFailure
-from deadletter.messages import Message
 from deadletter.queue import ATTEMPTS_KEY, LAST_ERROR_KEY, DropReason
+from deadletter.wire import keys
+from deadletter.wire.messages import Message
 
 __all__ = [
     "ATTEMPTS_KEY",

@@ -8,11 +8,12 @@ import logging
 import time
 from collections.abc import Iterable
 
-from deadletter import keys, queue
+from deadletter import queue
 from deadletter.drain.handlers import load_handlers
 from deadletter.drain.locking import QueueLock
 from deadletter.drain.outcomes import DrainReport, Outcome, configured_max_attempts, deliver
 from deadletter.drain.timeouts import HungHandlers, TimeLimit
+from deadletter.wire import keys
 
 __all__ = ["redeliver"]
 

@@ -23,7 +23,7 @@ from deadletter.conf import conf
 from deadletter.drain.errors import DrainConfigError
 from deadletter.drain.handlers import Handler
 from deadletter.exceptions import DeadletterError
-from deadletter.messages import Message
+from deadletter.wire.messages import Message
 
 __all__ = [
     "MAX_HUNG_HANDLERS",

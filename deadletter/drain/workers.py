@@ -21,10 +21,11 @@ from typing import Any
 
 from django.db import DatabaseError, connections
 
-from deadletter import keys, queue
+from deadletter import queue
 from deadletter.drain.errors import DrainAborted
 from deadletter.drain.outcomes import DrainReport, Outcome
 from deadletter.drain.stopping import SignalGuard
+from deadletter.wire import keys
 
 __all__ = ["Budget", "Cursor", "Guard", "WorkerPool"]
 

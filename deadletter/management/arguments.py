@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from argparse import ArgumentParser, ArgumentTypeError
 
-from deadletter import keys
+from deadletter.wire import keys
 
 
 def queue_name(value: str) -> str:

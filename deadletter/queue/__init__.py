@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from deadletter import sql  # noqa: F401  (tests reach the statements through it)
 from deadletter.conf import conf
 from deadletter.queue.api import (
     Removal,

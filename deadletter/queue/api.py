@@ -19,11 +19,10 @@ from asgiref.sync import sync_to_async
 from django.db import DatabaseError
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from deadletter import age, codec, detached, keys, signals, sql
+from deadletter import signals
 from deadletter.conf import conf
-from deadletter.gotime import GoTime
-from deadletter.legacy import iter_queue_heads
-from deadletter.messages import Message
+from deadletter.queue import age
+from deadletter.queue.legacy import iter_queue_heads
 from deadletter.queue.rows import (
     REREAD,
     REREAD_LIMIT,
@@ -35,6 +34,10 @@ from deadletter.queue.rows import (
     insert_value,
     process_row,
 )
+from deadletter.store import detached, sql
+from deadletter.wire import codec, keys
+from deadletter.wire.gotime import GoTime
+from deadletter.wire.messages import Message
 
 logger = logging.getLogger("deadletter")
 
@@ -46,7 +49,7 @@ def store_failed_msgs(queue: str, msg: Message) -> bytes:
     """Park `msg` under a fresh key at the tail of `queue`; returns the key.
 
     The row commits on its own: a rollback of the caller's transaction never
-    takes it along (see `deadletter.detached` for how, per backend).
+    takes it along (see `deadletter.store.detached` for how, per backend).
     `queued_at` is stamped with now only when unset: it is the time of first
     failure and anchors the age limit, so a message handed back and parked
     again keeps it. Raises `QueueingError` when the row cannot be written (or

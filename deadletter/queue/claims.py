@@ -18,12 +18,10 @@ from typing import TYPE_CHECKING
 
 from django.db import DatabaseError, NotSupportedError, transaction
 
-from deadletter import age, codec, keys, signals, sql
-from deadletter.causes import signature_of
+from deadletter import signals
 from deadletter.conf import conf
-from deadletter.counters import record_drop
-from deadletter.gotime import GoTime
-from deadletter.messages import Message
+from deadletter.queue import age
+from deadletter.queue.causes import signature_of
 from deadletter.queue.rows import (
     LAST_ERROR_KEY,
     REREAD,
@@ -36,6 +34,11 @@ from deadletter.queue.rows import (
     insert_value,
     process_row,
 )
+from deadletter.store import sql
+from deadletter.store.counters import record_drop
+from deadletter.wire import codec, keys
+from deadletter.wire.gotime import GoTime
+from deadletter.wire.messages import Message
 
 if TYPE_CHECKING:
     from deadletter.models import QueuedMessageQuerySet

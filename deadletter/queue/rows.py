@@ -19,13 +19,15 @@ from typing import Any, NamedTuple
 from django.db import DatabaseError, IntegrityError, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from deadletter import age, codec, keys, sql
 from deadletter.conf import conf
-from deadletter.counters import record_drop
 from deadletter.exceptions import DeadletterError
-from deadletter.gotime import GoTime
-from deadletter.legacy import split_legacy_row
-from deadletter.messages import Message
+from deadletter.queue import age
+from deadletter.queue.legacy import split_legacy_row
+from deadletter.store import sql
+from deadletter.store.counters import record_drop
+from deadletter.wire import codec, keys
+from deadletter.wire.gotime import GoTime
+from deadletter.wire.messages import Message
 
 logger = logging.getLogger("deadletter")
 

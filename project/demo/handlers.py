@@ -18,7 +18,7 @@ from typing import Any
 from django.conf import settings
 
 from deadletter import PermanentFailure
-from deadletter.messages import Message
+from deadletter.wire.messages import Message
 
 logger = logging.getLogger("deadletter")
 

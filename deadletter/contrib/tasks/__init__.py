@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from deadletter.messages import Message
+    from deadletter.wire.messages import Message
 
 __all__ = ["redrive"]
 

@@ -20,14 +20,15 @@ from typing import Any
 from django.apps import apps
 from django.core import checks
 
-from deadletter import codec, queue
+from deadletter import queue
 from deadletter.conf import conf
 from deadletter.contrib.tasks import framework, inflight
 from deadletter.contrib.tasks.checks import check_framework
 from deadletter.drain import ATTEMPTS_KEY, LAST_ERROR_KEY, LAST_ERROR_LIMIT
-from deadletter.gotime import GoTime
-from deadletter.messages import Message
 from deadletter.queue import seals
+from deadletter.wire import codec
+from deadletter.wire.gotime import GoTime
+from deadletter.wire.messages import Message
 
 __all__ = [
     "QUEUE_PREFIX",

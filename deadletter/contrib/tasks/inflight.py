@@ -16,7 +16,7 @@ import contextvars
 from collections.abc import Iterator
 
 from deadletter import queue
-from deadletter.messages import Message
+from deadletter.wire.messages import Message
 
 __all__ = ["LINK_QUEUE", "REDRIVEN_AS", "is_redriving", "link", "note_enqueued", "take_link"]
 

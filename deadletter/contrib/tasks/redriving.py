@@ -23,8 +23,8 @@ from django.utils.module_loading import import_string
 from deadletter.conf import conf
 from deadletter.contrib.tasks import capture, framework, inflight
 from deadletter.exceptions import PermanentFailure
-from deadletter.messages import Message
 from deadletter.queue import seals
+from deadletter.wire.messages import Message
 
 __all__ = ["TaskFailed", "TasksUnavailable", "redrive"]
 

@@ -19,7 +19,6 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from deadletter import keys
 from deadletter.drain import (
     DEFAULT_GRACE,
     DrainAborted,
@@ -31,7 +30,8 @@ from deadletter.drain import (
     SignalGuard,
 )
 from deadletter.management.arguments import add_queue_argument
-from deadletter.progress import add_progress_argument
+from deadletter.management.progress import add_progress_argument
+from deadletter.wire import keys
 
 logger = logging.getLogger("deadletter")
 

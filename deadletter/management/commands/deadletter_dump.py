@@ -1,5 +1,5 @@
 """`manage.py deadletter_dump [--queue NAME ...] [-o FILE]`: every message as NDJSON
-(`deadletter.ndjson`), to reproduce a failure elsewhere."""
+(`deadletter.transfer.ndjson`), to reproduce a failure elsewhere."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
 
-from deadletter import ndjson
 from deadletter.management.arguments import add_queue_argument
-from deadletter.progress import add_progress_argument, progress_bar
+from deadletter.management.progress import add_progress_argument, progress_bar
+from deadletter.transfer import ndjson
 
 
 class Command(BaseCommand):

@@ -8,9 +8,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from deadletter import kvfile
 from deadletter.management.arguments import add_queue_argument
-from deadletter.progress import add_progress_argument, is_terminal, progress_bar
+from deadletter.management.progress import add_progress_argument, is_terminal, progress_bar
+from deadletter.transfer import kvfile
 
 
 class Command(BaseCommand):

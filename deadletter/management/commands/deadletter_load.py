@@ -20,8 +20,9 @@ from typing import IO, Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
 
-from deadletter import keys, ndjson
-from deadletter.progress import add_progress_argument, progress_bar
+from deadletter.management.progress import add_progress_argument, progress_bar
+from deadletter.transfer import ndjson
+from deadletter.wire import keys
 
 
 class Command(BaseCommand):

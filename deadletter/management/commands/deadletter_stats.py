@@ -1,7 +1,7 @@
 """`manage.py deadletter_stats [--queue NAME ...] [--format text|json|prometheus]`:
-the figures of `deadletter.stats.collect`, the same the metrics endpoint serves.
+the figures of `deadletter.reports.stats.collect`, the same the metrics endpoint serves.
 With `DEADLETTER_EXPIRY_WARNING` set it also warns, once per message, about
-messages close to the age limit (`deadletter.expiry`), so a cron job suffices."""
+messages close to the age limit (`deadletter.reports.expiry`), so a cron job suffices."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
 
-from deadletter import expiry, stats
-from deadletter.counters import DROP_REASONS
 from deadletter.management.arguments import add_queue_argument
+from deadletter.reports import expiry, stats
+from deadletter.store.counters import DROP_REASONS
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)\s*$")
 _UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86_400}
@@ -101,7 +101,7 @@ class Command(BaseCommand):
             self.stdout.write(json.dumps({**figures.as_dict(), "warned": warned}))
         elif fmt == "prometheus":
             try:
-                from deadletter.metrics import render
+                from deadletter.reports.metrics import render
 
                 self.stdout.write(render(figures).decode("utf-8"), ending="")
             except ImportError:

@@ -7,9 +7,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from deadletter.gotime import GoTime
-from deadletter.messages import EventCode, Message
 from deadletter.queue import fetch_failed_msgs, store_failed_msgs
+from deadletter.wire.gotime import GoTime
+from deadletter.wire.messages import EventCode, Message
 
 DEMO = [
     ("webhook-queue", "ucenik1@skole.hr", "Ocjena: Matematika", EventCode.GRADE, ["Ocjena", "5"]),

@@ -1,0 +1,107 @@
+"""Expiry is never silent: warn once per message before the age limit drops it.
+
+With `DEADLETTER_EXPIRY_WARNING` set, `warn_expiring` finds the messages that
+will be dropped within that horizon (the head scan of `stats.expiring_rows`),
+logs a warning and sends `message_expiring` for each one not warned about
+before. The warned keys are kept in `counters.ExpiryWarning`, inserted with ON
+CONFLICT DO NOTHING, so two runs at once still warn once; keys whose rows are
+gone are forgotten on the next run. `deadletter_stats` and the metrics
+endpoint call it, so a cron job or a Prometheus scrape is enough.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable
+from datetime import UTC, datetime, timedelta
+
+from django.db import transaction
+
+from deadletter import signals
+from deadletter.conf import conf
+from deadletter.reports import summaries
+from deadletter.reports.stats import expiring_rows
+from deadletter.store import sql
+from deadletter.store.counters import WARNING_TABLE
+from deadletter.wire import keys
+
+__all__ = ["warn_expiring"]
+
+logger = logging.getLogger("deadletter")
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def warn_expiring(queues: Iterable[str] | None = None, *, now_ns: int | None = None) -> int:
+    """Warn about every message of `queues` (all when None) that the age limit will
+    drop within `DEADLETTER_EXPIRY_WARNING` and was not warned about before;
+    returns how many were warned now (0 when the setting is unset)."""
+    horizon = conf.EXPIRY_WARNING
+    if horizon is None:
+        return 0
+    now = time.time_ns() if now_ns is None else now_ns
+    max_age = conf.MAX_QUEUE_AGE
+    threshold = now - _ns(max_age) + _ns(horizon)
+    connection = sql.connection()
+    names = list(queues) if queues is not None else [s.name for s in summaries.queue_statuses()]
+    table = sql.quoted(connection, WARNING_TABLE)
+    warned_at = _EPOCH + timedelta(microseconds=now // 1000)
+    warned = 0
+    _forget_gone(connection)
+    for name in names:
+        for key, msg in expiring_rows(connection, name, threshold):
+            if msg is None or msg.queued_at is None:
+                continue
+            with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
+                cursor.execute(
+                    f"INSERT INTO {table} (key, warned_at) VALUES (%s, %s) ON CONFLICT DO NOTHING",
+                    (key, warned_at),
+                )
+                if cursor.rowcount != 1:
+                    continue
+                expires_at = _moment(summaries.epoch_ns(msg.queued_at) + _ns(max_age))
+                logger.warning(
+                    "message about to expire queue=%s key=%s queued_at=%s expires_at=%s",
+                    name,
+                    keys.to_text(key),
+                    msg.queued_at.format(),
+                    expires_at.isoformat(),
+                )
+                sql.after_commit(
+                    connection,
+                    signals.message_expiring,
+                    sender=name,
+                    key=key,
+                    msg=msg,
+                    expires_at=expires_at,
+                )
+                warned += 1
+    return warned
+
+
+def _forget_gone(connection: sql.BaseDatabaseWrapper) -> None:
+    """Drop the warnings of rows no longer queued (the table holds only rows near
+    their age limit, so this is one index lookup each)."""
+    warnings = sql.quoted(connection, WARNING_TABLE)
+    queue_table = sql.quoted(connection, sql.TABLE)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"DELETE FROM {warnings} WHERE NOT EXISTS "
+            f"(SELECT 1 FROM {queue_table} q WHERE q.key = {warnings}.key)"
+        )
+
+
+_EARLIEST_US = (datetime.min.replace(tzinfo=UTC) - _EPOCH) // timedelta(microseconds=1)
+_LATEST_US = (datetime.max.replace(tzinfo=UTC) - _EPOCH) // timedelta(microseconds=1)
+
+
+def _moment(unix_ns: int) -> datetime:
+    """An instant as an aware datetime, held to datetime's years 1 to 9999: a
+    first failure in year 0 (Go can write one) expired before datetime's first day."""
+    micro = min(max(unix_ns // 1000, _EARLIEST_US), _LATEST_US)
+    return _EPOCH + timedelta(microseconds=micro)
+
+
+def _ns(delta: timedelta) -> int:
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1000

@@ -1,0 +1,289 @@
+"""Every queue's figures for operators, from one function: `collect`.
+
+The command (`deadletter_stats`), the Prometheus endpoint (`metrics`), the
+REST API's queue list and the admin overview all show what this returns, so
+they agree. What each figure costs:
+
+* depth and the head: `summaries` (key-range counts on the primary-key index,
+  the oldest key by one index seek, only the head row decoded);
+* expiring within a horizon: rows are read from the head in key order while
+  their key (enqueue) time is before `now - max age + horizon`, at most
+  `EXPIRING_SCAN_LIMIT` of them, and a message counts when its `QueuedAt` is
+  before that too. A message's `QueuedAt` is never after its key time except
+  when fetch stamps an unstamped one, so rows past that point are younger and
+  not read; a message parked again under a newer key (a partly delivered
+  remainder keeps its first-failure time) is counted once its new key is that
+  old. The work is the number of rows about to expire, which a drain reads anyway;
+* attempts histogram: the oldest `ATTEMPTS_SAMPLE` rows of each queue (the
+  ones retried longest), or every row when `attempts_sample` is None, a full
+  scan at the decode rate (about 300,000 rows a second);
+* drops: the persistent counters of `counters.DropCount`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Iterable, Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from django.db.backends.base.base import BaseDatabaseWrapper
+
+from deadletter.conf import conf
+from deadletter.queue.rows import attempts_of
+from deadletter.reports import summaries
+from deadletter.store import sql
+from deadletter.store.counters import DROP_REASONS, drop_counts
+from deadletter.wire import codec, keys
+from deadletter.wire.messages import Message
+
+__all__ = [
+    "ATTEMPT_BUCKETS",
+    "QueueStats",
+    "Stats",
+    "collect",
+    "expiring_rows",
+]
+
+DEFAULT_HORIZON = timedelta(days=1)
+EXPIRING_SCAN_LIMIT = 100_000
+ATTEMPTS_SAMPLE = 10_000
+# Upper bounds of the attempts histogram's buckets; the last bucket is open.
+ATTEMPT_BUCKETS = (0, 1, 2, 3, 5, 10)
+_PAGE = 1000
+
+
+def bucket_labels() -> list[str]:
+    """`0`, `1`, `2`, `3`, `4-5`, `6-10`, `11+`: one label per bucket, in order."""
+    labels, low = [], 0
+    for high in ATTEMPT_BUCKETS:
+        labels.append(str(high) if high == low else f"{low}-{high}")
+        low = high + 1
+    return [*labels, f"{low}+"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class QueueStats:
+    """One queue's figures (or the totals, named ""). Ages are seconds at `Stats.now`;
+    `attempts` counts messages per bucket of `bucket_labels()`."""
+
+    name: str
+    depth: int
+    oldest_enqueued_at: datetime | None
+    oldest_enqueued_age: float | None
+    oldest_queued_at: Any  # the head's first failure: an aware datetime with `.format()`
+    oldest_failure_age: float | None
+    expiring: int
+    expiring_complete: bool
+    attempts: dict[str, int]
+    attempts_rows: int
+    dropped: dict[str, int]
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain JSON: times as RFC 3339 text (to the nanosecond for message times)."""
+        queued = self.oldest_queued_at
+        return {
+            "queue": self.name,
+            "depth": self.depth,
+            "oldest_enqueued_at": _iso(self.oldest_enqueued_at),
+            "oldest_enqueued_age_seconds": self.oldest_enqueued_age,
+            "oldest_queued_at": queued.format() if queued is not None else None,
+            "oldest_failure_age_seconds": self.oldest_failure_age,
+            "expiring": self.expiring,
+            "expiring_complete": self.expiring_complete,
+            "attempts": dict(self.attempts),
+            "attempts_rows": self.attempts_rows,
+            "dropped": dict(self.dropped),
+        }
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Stats:
+    """Per-queue figures in key order, their totals, and what they were measured against."""
+
+    queues: list[QueueStats]
+    totals: QueueStats
+    now: datetime
+    horizon: timedelta
+    max_age: timedelta
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "now": _iso(self.now),
+            "horizon_seconds": self.horizon.total_seconds(),
+            "max_age_seconds": self.max_age.total_seconds(),
+            "queues": [q.as_dict() for q in self.queues],
+            "totals": self.totals.as_dict(),
+        }
+
+
+def collect(
+    queues: Iterable[str] | None = None,
+    *,
+    horizon: timedelta | None = None,
+    attempts_sample: int | None = ATTEMPTS_SAMPLE,
+    now_ns: int | None = None,
+) -> Stats:
+    """The figures of `queues` (every queue that holds a row or has dropped one when
+    None). `horizon` defaults to `DEADLETTER_EXPIRY_WARNING`, else one day;
+    `attempts_sample` None reads every row for the histogram. `ValueError` for
+    an invalid queue name; `DatabaseError` when the database cannot be read."""
+    now = time.time_ns() if now_ns is None else now_ns
+    horizon = horizon if horizon is not None else (conf.EXPIRY_WARNING or DEFAULT_HORIZON)
+    max_age = conf.MAX_QUEUE_AGE
+    connection = sql.connection()
+    if queues is None:
+        statuses = summaries.queue_statuses()
+        dropped = drop_counts(connection)
+        named = {s.name for s in statuses}
+        statuses += [summaries.QueueStatus(n, 0, None, None) for n in dropped if n not in named]
+        statuses.sort(key=lambda s: keys.encode_queue_name(s.name))
+    else:
+        names = list(dict.fromkeys(queues))
+        statuses = [summaries.queue_status(n) for n in names]
+        dropped = drop_counts(connection, names)
+    threshold = now - _ns(max_age) + _ns(horizon)
+    result = [
+        _queue_stats(connection, s, dropped.get(s.name), now, threshold, attempts_sample)
+        for s in statuses
+    ]
+    return Stats(result, _totals(result), _datetime(now), horizon, max_age)
+
+
+def expiring_rows(
+    connection: BaseDatabaseWrapper,
+    queue: str,
+    threshold_ns: int,
+    limit: int | None = None,
+) -> Iterator[tuple[bytes, Message | None]]:
+    """Messages of `queue` whose `QueuedAt` is before `threshold_ns`, read from the
+    head while the key time is before it too (the rule in the module docstring).
+    At most `limit` rows are read (`EXPIRING_SCAN_LIMIT` by default); if more were
+    left, a last `(key, None)` says so. Rows that do not decode are skipped."""
+    limit = EXPIRING_SCAN_LIMIT if limit is None else limit
+    low, _ = keys.message_bounds(queue)
+    high = keys.make_key(queue, max(0, min(threshold_ns, (1 << 64) - 1)), 0)
+    for index, (key, value) in enumerate(sql.iter_range(connection, sql.TABLE, low, high, _PAGE)):
+        if index >= limit:
+            yield key, None
+            return
+        for msg in _decode(value):
+            if msg.queued_at is not None and summaries.epoch_ns(msg.queued_at) < threshold_ns:
+                yield key, msg
+
+
+def _queue_stats(
+    connection: BaseDatabaseWrapper,
+    status: summaries.QueueStatus,
+    dropped: dict[str, int] | None,
+    now: int,
+    threshold: int,
+    attempts_sample: int | None,
+) -> QueueStats:
+    expiring, complete = 0, True
+    if status.depth:
+        for _key, msg in expiring_rows(connection, status.name, threshold):
+            if msg is None:
+                complete = False
+            else:
+                expiring += 1
+    attempts, attempts_rows = _attempts(connection, status, attempts_sample)
+    enqueued = status.oldest_enqueued_ns
+    queued = status.oldest_queued_at
+    return QueueStats(
+        name=status.name,
+        depth=status.depth,
+        oldest_enqueued_at=_datetime(enqueued) if enqueued is not None else None,
+        oldest_enqueued_age=(now - enqueued) / 1e9 if enqueued is not None else None,
+        oldest_queued_at=queued,
+        oldest_failure_age=(now - summaries.epoch_ns(queued)) / 1e9 if queued is not None else None,
+        expiring=expiring,
+        expiring_complete=complete,
+        attempts=attempts,
+        attempts_rows=attempts_rows,
+        dropped=dict(dropped) if dropped else dict.fromkeys(DROP_REASONS, 0),
+    )
+
+
+def _attempts(
+    connection: BaseDatabaseWrapper, status: summaries.QueueStatus, sample: int | None
+) -> tuple[dict[str, int], int]:
+    labels = bucket_labels()
+    counts = dict.fromkeys(labels, 0)
+    if not status.depth or sample == 0:
+        return counts, 0
+    low, high = keys.message_bounds(status.name)
+    rows = 0
+    for _key, value in sql.iter_range(connection, sql.TABLE, low, high, _PAGE):
+        if sample is not None and rows >= sample:
+            break
+        rows += 1
+        for msg in _decode(value):
+            counts[labels[_bucket(msg)]] += 1
+    return counts, rows
+
+
+def _bucket(msg: Message) -> int:
+    attempts = attempts_of(msg.extra) or 0
+    for index, high in enumerate(ATTEMPT_BUCKETS):
+        if attempts <= high:
+            return index
+    return len(ATTEMPT_BUCKETS)
+
+
+def _totals(queues: list[QueueStats]) -> QueueStats:
+    def oldest(values: Iterable[Any]) -> Any:
+        present = [v for v in values if v is not None]
+        return min(present) if present else None
+
+    def largest(values: Iterable[float | None]) -> float | None:
+        present = [v for v in values if v is not None]
+        return max(present) if present else None
+
+    attempts = dict.fromkeys(bucket_labels(), 0)
+    dropped = dict.fromkeys(DROP_REASONS, 0)
+    for q in queues:
+        for label, n in q.attempts.items():
+            attempts[label] += n
+        for reason, n in q.dropped.items():
+            dropped[reason] = dropped.get(reason, 0) + n
+    return QueueStats(
+        name="",
+        depth=sum(q.depth for q in queues),
+        oldest_enqueued_at=oldest(q.oldest_enqueued_at for q in queues),
+        oldest_enqueued_age=largest(q.oldest_enqueued_age for q in queues),
+        oldest_queued_at=min(
+            (q.oldest_queued_at for q in queues if q.oldest_queued_at is not None),
+            key=summaries.epoch_ns,
+            default=None,
+        ),
+        oldest_failure_age=largest(q.oldest_failure_age for q in queues),
+        expiring=sum(q.expiring for q in queues),
+        expiring_complete=all(q.expiring_complete for q in queues),
+        attempts=attempts,
+        attempts_rows=sum(q.attempts_rows for q in queues),
+        dropped=dropped,
+    )
+
+
+def _decode(value: bytes) -> list[Message]:
+    try:
+        return codec.decode(value)
+    except codec.CodecError:
+        return []
+
+
+def _ns(delta: timedelta) -> int:
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1000
+
+
+def _datetime(unix_ns: int) -> datetime:
+    return _EPOCH + timedelta(microseconds=unix_ns // 1000)
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return moment.isoformat().replace("+00:00", "Z") if moment is not None else None

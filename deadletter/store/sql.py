@@ -1,0 +1,201 @@
+"""The queue table's SQL plumbing: the connection, statements on the driver's
+cursor, and signals sent once a row change has committed.
+
+Below `queue.py` and `legacy.py`, above the models: nothing here knows the
+queue's rules.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from django.db import connections, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
+
+from deadletter import signals
+from deadletter.conf import conf
+from deadletter.wire.messages import Message
+
+logger = logging.getLogger("deadletter")
+
+
+def table() -> str:
+    """The queue table's name, from the model (`QueuedMessage._meta.db_table`)."""
+    from deadletter.models import QueuedMessage
+
+    return QueuedMessage._meta.db_table
+
+
+def __getattr__(name: str) -> Any:
+    """`TABLE`, kept for importers: the model's table name, read when asked."""
+    if name == "TABLE":
+        return table()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def connection() -> BaseDatabaseWrapper:
+    return connections[conf.DATABASE]
+
+
+def quoted(connection: BaseDatabaseWrapper, table: str) -> str:
+    return connection.ops.quote_name(table)
+
+
+_statements: dict[tuple[str, str, str], str] = {}
+
+
+def statement(connection: BaseDatabaseWrapper, template: str) -> str:
+    """`template` with `{table}` as the queue table's quoted name, made once per
+    backend and table: the store and dequeue paths ask for it on every call."""
+    table_name = table()
+    cache_key = (connection.vendor, table_name, template)
+    made = _statements.get(cache_key)
+    if made is None:
+        made = _statements[cache_key] = template.format(table=quoted(connection, table_name))
+    return made
+
+
+def watched(connection: BaseDatabaseWrapper) -> bool:
+    """Whether anyone looks at this connection's statements: an `execute_wrapper`
+    (APM hooks, tests) or query logging (`DEBUG`, `force_debug_cursor`)."""
+    return bool(connection.execute_wrappers) or connection.queries_logged
+
+
+def write(
+    connection: BaseDatabaseWrapper, sql: str, params: Any, *, instrumented: bool = False
+) -> int:
+    """Run one write, in a savepoint when the caller holds a transaction so a
+    failed statement does not poison it; in its own autocommit otherwise.
+
+    Through Django's cursor whenever anyone is watching (`watched`), inside a
+    transaction, or when `instrumented` (a second connection's rare writes).
+    """
+    if connection.in_atomic_block:
+        with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return cursor.rowcount
+    if instrumented or watched(connection):
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return cursor.rowcount
+    # Driver path, kept only when nothing watches: Django's cursor wrapper costs
+    # about as much as a SQLite INSERT (bench/bench_core.py prints both).
+    connection.ensure_connection()
+    cursor = connection.connection.cursor()
+    try:
+        cursor.execute(_driver_sql(connection.vendor, sql), params)
+        return cursor.rowcount
+    except Exception:
+        with connection.wrap_database_errors:
+            raise
+    finally:
+        cursor.close()
+
+
+def read(connection: BaseDatabaseWrapper, sql: str, params: Any) -> list[tuple[Any, ...]]:
+    """All rows of one SELECT (a page of a scan is read whole, so no cursor stays
+    open while the caller works); through Django's cursor whenever anyone watches."""
+    if watched(connection):
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return cursor.fetchall()
+    # Driver path when nothing watches: the wrapper's cost per page (bench_core).
+    connection.ensure_connection()
+    with connection.wrap_database_errors:
+        cursor = connection.connection.cursor()
+        try:
+            cursor.execute(_driver_sql(connection.vendor, sql), params)
+            return cursor.fetchall()
+        finally:
+            cursor.close()
+
+
+@functools.lru_cache(maxsize=64)
+def _driver_sql(vendor: str, sql: str) -> str:
+    return sql.replace("%s", "?") if vendor == "sqlite" else sql
+
+
+def after_commit(connection: BaseDatabaseWrapper, signal: Any, **kwargs: Any) -> None:
+    """Send `signal` once the current transaction commits (at once in autocommit)."""
+    if not signal.receivers:
+        return  # the common case on the hot paths: nothing to defer
+
+    def send() -> None:
+        for receiver, result in signal.send_robust(**kwargs):
+            if isinstance(result, Exception):
+                logger.error("signal receiver failed receiver=%r error=%r", receiver, result)
+
+    connection.on_commit(send)  # this connection's commit, also a private one's
+
+
+def dropped(
+    connection: BaseDatabaseWrapper, queue: str, key: bytes, msg: Message | None, reason: str
+) -> None:
+    """`message_dropped` once the row change that dropped `msg` has committed."""
+    after_commit(connection, signals.message_dropped, sender=queue, key=key, msg=msg, reason=reason)
+
+
+class Conflict(Exception):
+    """The row changed between read and write: another reader got there first."""
+
+
+def range_sql(connection: BaseDatabaseWrapper, table: str, inclusive: bool, limit: int) -> str:
+    """A page of a key range in key order, from a key on (included or not): the one
+    read every scan of the table uses. Parameters: the first key and the range's end."""
+    op = ">=" if inclusive else ">"
+    return (
+        f"SELECT key, value FROM {quoted(connection, table)} "
+        f"WHERE key {op} %s AND key < %s ORDER BY key LIMIT {int(limit)}"
+    )
+
+
+class KeyPages:
+    """The one key-range page loop: pages of `[low, high)` in key order, each read
+    whole by `read(inclusive, after, high)` as `ORDER BY key LIMIT size` after the last
+    key seen, so no cursor or transaction stays open between pages.
+
+    `restart_at(key)` makes the next page start at `key` again (included): a
+    reader that rewrote a row reads it anew. Used by the queue's scan, the
+    legacy fold, the kv file's reads and `iter_range`.
+    """
+
+    def __init__(
+        self,
+        read: Callable[[bool, bytes, bytes], Sequence[Sequence[Any]]],
+        low: bytes,
+        high: bytes,
+        size: int,
+    ) -> None:
+        self._read = read
+        self._next: tuple[bytes, bool] | None = (low, True)
+        self._high = high
+        self._size = size
+
+    def restart_at(self, key: bytes) -> None:
+        self._next = (key, True)
+
+    def __iter__(self) -> Iterator[Sequence[Sequence[Any]]]:
+        while self._next is not None:
+            after, inclusive = self._next
+            rows = self._read(inclusive, after, self._high)
+            self._next = (bytes(rows[-1][0]), False) if len(rows) >= self._size else None
+            yield rows
+
+
+def iter_range(
+    connection: BaseDatabaseWrapper, table: str, low: bytes, high: bytes, page: int = 1000
+) -> Iterator[tuple[bytes, bytes]]:
+    """Every `(key, value)` in `[low, high)` in key order, a page at a time
+    (`KeyPages`); a NULL value reads as empty."""
+
+    def read(inclusive: bool, after: bytes, high: bytes) -> list[tuple[Any, ...]]:
+        with connection.cursor() as cursor:
+            cursor.execute(range_sql(connection, table, inclusive, page), (after, high))
+            return cursor.fetchall()
+
+    for rows in KeyPages(read, low, high, page):
+        for k, v in rows:
+            yield bytes(k), bytes(v) if v is not None else b""

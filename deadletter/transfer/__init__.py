@@ -1,0 +1,1 @@
+"""Files in and out: the Go program's kv database and the NDJSON dump."""

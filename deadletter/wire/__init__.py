@@ -1,0 +1,1 @@
+"""The Go program's format, with no Django: keys, messages, times, CBOR and its JSON form."""

@@ -1,0 +1,1210 @@
+/*
+ * deadletter.wire._speedups: the scan's per-message checks in C.
+ *
+ * `codec._message` checks each decoded message against the shape Go writes
+ * and builds a `Message`; in Python that costs more than cbor2's decoding
+ * itself. `go_message` does the same for the one shape Go writes (its eight
+ * keys in order, canonical RFC 3339 times between the years 1678 and 2262 in
+ * offsets `datetime` holds, str, list-of-str and int values; times become
+ * `GoTime`s, `datetime`s that keep Go's nanoseconds and text) and returns
+ * None for anything else, which
+ * the Python code then reads and judges. So this module never decides that a
+ * value is corrupt: it only answers "yes, exactly Go's shape" faster, and
+ * tests/wire/test_speedups.py checks that answer against the Python one.
+ * `go_encode` is the same for writing: the bytes of a message of that shape,
+ * or None for the Python encoder to write (or refuse).
+ *
+ * Optional: without a compiler the app runs on the Python code alone.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <datetime.h>
+#if PY_VERSION_HEX < 0x030C0000
+#include <structmember.h> /* PyMemberDef, part of Python.h from 3.12 */
+#endif
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#define NS_PER_SECOND 1000000000LL
+/* Seconds whose nanoseconds still fit in a signed 64-bit integer. */
+#define MAX_SECONDS 9223372035LL
+#define FIELD_COUNT 8
+/* How deep go_encode writes lists and maps in a message's unknown keys. */
+#define MAX_PLAIN_DEPTH 16
+#ifndef Py_T_OBJECT_EX
+#define Py_T_OBJECT_EX 16 /* T_OBJECT_EX before Python 3.12 */
+#endif
+
+static PyObject *message_type;  /* deadletter.wire.messages.Message */
+static PyObject *gotime_type;   /* deadletter.wire.gotime.GoTime */
+static PyObject *fields_template; /* Message's attribute names, each None */
+static PyObject *event_codes;   /* {int: EventCode} */
+static PyObject *go_keys;       /* Go's eight field names, in Go's order */
+static PyObject *attributes;    /* Message's nine attribute names, `extra` last */
+static PyObject *dict_name;     /* "__dict__" */
+/* Where GoTime keeps the instant in nanoseconds and Go's text: its slots. */
+static Py_ssize_t unix_ns_offset = -1, text_offset = -1;
+/* A timezone for each whole-minute offset datetime holds, made once. */
+#define ZONE_MINUTES 1439
+static PyObject *zones[2 * ZONE_MINUTES + 1];
+static PyObject *format_name;   /* "format" */
+static PyObject *event_code_type; /* deadletter.wire.messages.EventCode */
+
+static int
+two_digits(const char *s, int *value)
+{
+    if (s[0] < '0' || s[0] > '9' || s[1] < '0' || s[1] > '9') {
+        return 0;
+    }
+    *value = (s[0] - '0') * 10 + (s[1] - '0');
+    return 1;
+}
+
+static int
+is_leap(int year)
+{
+    return (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
+}
+
+/* Days from 1970-01-01 to a proleptic Gregorian date (H. Hinnant's algorithm). */
+static int64_t
+days_from_civil(int64_t year, int month, int day)
+{
+    year -= month <= 2;
+    int64_t era = (year >= 0 ? year : year - 399) / 400;
+    int64_t year_of_era = year - era * 400;
+    int64_t day_of_year = (153 * (month + (month > 2 ? -3 : 9)) + 2) / 5 + day - 1;
+    int64_t day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
+    return era * 146097 + day_of_era - 719468;
+}
+
+/*
+ * Read Go's canonical RFC3339Nano text, exactly what `gotime._canonical`
+ * accepts, into an instant and an offset. Returns 0, without an exception,
+ * for any other text and for years outside the 64-bit nanosecond range or
+ * before 0002 (Go's zero time): the caller then takes the Python path.
+ */
+typedef struct {
+    int year, month, day, hour, minute, second, offset;
+    long long nanos, unix_ns;
+} GoClock;
+
+static int
+read_time(PyObject *text, GoClock *clock)
+{
+    static const int month_days[13] = {0, 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    Py_ssize_t size;
+    const char *s;
+    int century, year_of_century, year, month, day, hour, minute, second;
+    Py_ssize_t end, position;
+    long long nanos = 0, scale = NS_PER_SECOND, seconds;
+    int digits = 0, zone_hours, zone_minutes;
+
+    if (!PyUnicode_CheckExact(text) || !PyUnicode_IS_ASCII(text)) {
+        return 0;
+    }
+    size = PyUnicode_GET_LENGTH(text);
+    s = (const char *)PyUnicode_DATA(text);
+    if (size < 20 || s[4] != '-' || s[7] != '-' || s[10] != 'T' || s[13] != ':' || s[16] != ':') {
+        return 0;
+    }
+    if (!two_digits(s, &century) || !two_digits(s + 2, &year_of_century)
+        || !two_digits(s + 5, &month) || !two_digits(s + 8, &day)
+        || !two_digits(s + 11, &hour) || !two_digits(s + 14, &minute)
+        || !two_digits(s + 17, &second)) {
+        return 0;
+    }
+    year = century * 100 + year_of_century;
+    if (year < 2 || month < 1 || month > 12 || day < 1 || hour > 23 || minute > 59
+        || second > 59) {
+        return 0;
+    }
+    if (day > month_days[month] + (month == 2 && is_leap(year))) {
+        return 0;
+    }
+    position = 19;
+    if (s[position] == '.') {
+        for (position++; position < size && s[position] >= '0' && s[position] <= '9';
+             position++) {
+            if (++digits > 9) {
+                return 0;
+            }
+            nanos = nanos * 10 + (s[position] - '0');
+            scale /= 10;
+        }
+        if (digits == 0 || s[position - 1] == '0') {
+            return 0;
+        }
+        nanos *= scale;
+    }
+    end = size - position;
+    if (end == 1 && s[position] == 'Z') {
+        clock->offset = 0;
+    }
+    else if (end == 6 && (s[position] == '+' || s[position] == '-') && s[position + 3] == ':'
+             && two_digits(s + position + 1, &zone_hours)
+             && two_digits(s + position + 4, &zone_minutes)) {
+        /* Go writes up to ±24:00; `datetime` holds less than a day (the Python
+         * code makes that a GoOnlyTime). */
+        if (zone_hours > 23 || zone_minutes > 59 || (zone_hours == 0 && zone_minutes == 0)) {
+            return 0;
+        }
+        clock->offset = zone_hours * 3600 + zone_minutes * 60;
+        if (s[position] == '-') {
+            clock->offset = -clock->offset;
+        }
+    }
+    else {
+        return 0;
+    }
+    seconds = days_from_civil(year, month, day) * 86400LL + hour * 3600 + minute * 60 + second
+              - clock->offset;
+    if (seconds > MAX_SECONDS || seconds < -MAX_SECONDS) {
+        return 0;
+    }
+    clock->unix_ns = seconds * NS_PER_SECOND + nanos;
+    clock->year = year;
+    clock->month = month;
+    clock->day = day;
+    clock->hour = hour;
+    clock->minute = minute;
+    clock->second = second;
+    clock->nanos = nanos;
+    return 1;
+}
+
+/* The timezone `offset` seconds east of UTC (a whole number of minutes). */
+static PyObject *
+zone_of(int offset)
+{
+    int index = offset / 60 + ZONE_MINUTES;
+    PyObject *delta;
+
+    if (zones[index] == NULL) {
+        if (offset == 0) {
+            zones[index] = Py_NewRef(PyDateTime_TimeZone_UTC);
+        }
+        else {
+            delta = PyDelta_FromDSU(0, offset, 0);
+            if (delta == NULL) {
+                return NULL;
+            }
+            zones[index] = PyTimeZone_FromOffset(delta);
+            Py_DECREF(delta);
+        }
+    }
+    return zones[index];
+}
+
+static void
+set_slot(PyObject *object, Py_ssize_t offset, PyObject *value)
+{
+    Py_XSETREF(*(PyObject **)((char *)object + offset), value);
+}
+
+/* A GoTime at `clock`, keeping `text`, as `gotime.from_go_text` makes it. */
+static PyObject *
+new_time(PyObject *text, const GoClock *clock)
+{
+    PyObject *time, *zone, *unix_ns;
+
+    zone = zone_of(clock->offset);
+    if (zone == NULL) {
+        return NULL;
+    }
+    unix_ns = PyLong_FromLongLong(clock->unix_ns);
+    if (unix_ns == NULL) {
+        return NULL;
+    }
+    time = PyDateTimeAPI->DateTime_FromDateAndTime(
+        clock->year, clock->month, clock->day, clock->hour, clock->minute, clock->second,
+        (int)(clock->nanos / 1000), zone, (PyTypeObject *)gotime_type);
+    if (time == NULL) {
+        Py_DECREF(unix_ns);
+        return NULL;
+    }
+    set_slot(time, unix_ns_offset, unix_ns);
+    set_slot(time, text_offset, Py_NewRef(text));
+    return time;
+}
+
+/* A time field: None stays None; Go's canonical text becomes a GoTime. Sets
+ * *result to NULL when the Python path must judge the value, returns -1 on
+ * an exception. */
+static int
+read_time_field(PyObject *raw, PyObject **result)
+{
+    GoClock clock;
+
+    if (raw == Py_None) {
+        *result = Py_NewRef(Py_None);
+        return 0;
+    }
+    if (!read_time(raw, &clock)) {
+        *result = NULL;
+        return 0;
+    }
+    *result = new_time(raw, &clock);
+    return *result == NULL ? -1 : 0;
+}
+
+static int
+is_str(PyObject *item)
+{
+    return PyUnicode_CheckExact(item);
+}
+
+/* None (Go's nil list), or a list whose every item passes `check`. */
+static int
+is_list_of(PyObject *list, int (*check)(PyObject *))
+{
+    Py_ssize_t i;
+
+    if (list == Py_None) {
+        return 1;
+    }
+    if (!PyList_CheckExact(list)) {
+        return 0;
+    }
+    for (i = 0; i < PyList_GET_SIZE(list); i++) {
+        if (!check(PyList_GET_ITEM(list, i))) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* Whether `text` is a str equal to `ascii`, an ASCII str (Go's field names). */
+static int
+same_ascii(PyObject *text, PyObject *ascii)
+{
+    Py_ssize_t size = PyUnicode_GET_LENGTH(ascii);
+
+    return PyUnicode_CheckExact(text) && PyUnicode_IS_ASCII(text)
+           && PyUnicode_GET_LENGTH(text) == size
+           && memcmp(PyUnicode_DATA(text), PyUnicode_DATA(ascii), (size_t)size) == 0;
+}
+
+/* Whether `key` can be an unknown key of a message: a str no Go field takes,
+ * Go matching field names exactly or, for ASCII names, ignoring case. */
+static int
+is_extra_key(PyObject *key)
+{
+    Py_ssize_t size, i, j;
+    const char *data, *name;
+
+    if (!PyUnicode_CheckExact(key)) {
+        return 0;
+    }
+    if (!PyUnicode_IS_ASCII(key)) {
+        return 1;
+    }
+    size = PyUnicode_GET_LENGTH(key);
+    data = (const char *)PyUnicode_DATA(key);
+    for (i = 0; i < FIELD_COUNT; i++) {
+        PyObject *field = PyTuple_GET_ITEM(go_keys, i);
+        if (PyUnicode_GET_LENGTH(field) != size) {
+            continue;
+        }
+        name = (const char *)PyUnicode_DATA(field);
+        for (j = 0; j < size; j++) {
+            char a = data[j], b = name[j];
+            if (a >= 'A' && a <= 'Z') {
+                a += 'a' - 'A';
+            }
+            if (b >= 'A' && b <= 'Z') {
+                b += 'a' - 'A';
+            }
+            if (a != b) {
+                break;
+            }
+        }
+        if (j == size) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static int
+is_configured(void)
+{
+    if (message_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "deadletter.wire._speedups.setup() has not been called");
+        return 0;
+    }
+    return 1;
+}
+
+PyDoc_STRVAR(go_message_doc,
+"go_message(item) -> Message | None\n\n"
+"The Message of one decoded CBOR map when it has exactly the shape Go writes;\n"
+"None for anything else, which the Python code then reads.");
+
+static PyObject *
+go_message(PyObject *module, PyObject *item)
+{
+    PyObject *values[FIELD_COUNT], *key, *value, *expected, *timestamp = NULL, *queued_at = NULL;
+    PyObject *code, *fields = NULL, *extra = NULL, *message = NULL;
+    Py_ssize_t position = 0, index = 0, fields_end = 0;
+    long long code_value;
+    int overflow;
+
+    if (!is_configured()) {
+        return NULL;
+    }
+    if (!PyDict_CheckExact(item) || PyDict_GET_SIZE(item) < FIELD_COUNT) {
+        Py_RETURN_NONE;
+    }
+    /* Go's eight keys in order, then (a user's message) keys of its own. */
+    while (PyDict_Next(item, &position, &key, &value)) {
+        if (index < FIELD_COUNT) {
+            expected = PyTuple_GET_ITEM(go_keys, index);
+            if (key != expected && !same_ascii(key, expected)) {
+                Py_RETURN_NONE;
+            }
+            values[index++] = value;
+            fields_end = position;
+        }
+        else if (!is_extra_key(key)) {
+            Py_RETURN_NONE;
+        }
+    }
+    if (!PyUnicode_CheckExact(values[2]) || !PyUnicode_CheckExact(values[3])
+        || !is_list_of(values[4], is_str) || !is_list_of(values[5], is_str)
+        || !is_list_of(values[6], is_str)
+        || !PyLong_CheckExact(values[7])) {
+        Py_RETURN_NONE;
+    }
+    code_value = PyLong_AsLongLongAndOverflow(values[7], &overflow);
+    if (code_value == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (overflow) {
+        Py_RETURN_NONE;
+    }
+    if (read_time_field(values[0], &timestamp) < 0) {
+        return NULL;
+    }
+    if (timestamp == NULL) {
+        Py_RETURN_NONE;
+    }
+    if (read_time_field(values[1], &queued_at) < 0) {
+        goto done;
+    }
+    if (queued_at == NULL) {
+        Py_DECREF(timestamp);
+        Py_RETURN_NONE;
+    }
+    code = PyDict_GetItemWithError(event_codes, values[7]);
+    if (code == NULL) {
+        if (PyErr_Occurred()) {
+            goto done;
+        }
+        code = values[7];
+    }
+    extra = PyDict_New();
+    if (extra == NULL) {
+        goto done;
+    }
+    position = fields_end;
+    while (PyDict_Next(item, &position, &key, &value)) {
+        if (PyDict_SetItem(extra, key, value) < 0) {
+            goto done;
+        }
+    }
+    fields = PyDict_Copy(fields_template);  /* sized for its keys: no resizing below */
+    if (fields == NULL
+        || PyDict_SetItem(fields, PyTuple_GET_ITEM(attributes, 0), timestamp) < 0
+        || PyDict_SetItem(fields, PyTuple_GET_ITEM(attributes, 1), queued_at) < 0
+        || PyDict_SetItem(fields, PyTuple_GET_ITEM(attributes, 2), values[2]) < 0
+        || PyDict_SetItem(fields, PyTuple_GET_ITEM(attributes, 3), values[3]) < 0
+        || PyDict_SetItem(fields, PyTuple_GET_ITEM(attributes, 4), values[4]) < 0
+        || PyDict_SetItem(fields, PyTuple_GET_ITEM(attributes, 5), values[5]) < 0
+        || PyDict_SetItem(fields, PyTuple_GET_ITEM(attributes, 6), values[6]) < 0
+        || PyDict_SetItem(fields, PyTuple_GET_ITEM(attributes, 7), code) < 0
+        || PyDict_SetItem(fields, PyTuple_GET_ITEM(attributes, 8), extra) < 0) {
+        goto done;
+    }
+    message = ((PyTypeObject *)message_type)->tp_alloc((PyTypeObject *)message_type, 0);
+    if (message != NULL && PyObject_SetAttr(message, dict_name, fields) < 0) {
+        Py_CLEAR(message);
+    }
+done:
+    Py_XDECREF(timestamp);
+    Py_XDECREF(queued_at);
+    Py_XDECREF(extra);
+    Py_XDECREF(fields);
+    return message;
+}
+
+/* --- reading row bytes ------------------------------------------------- */
+
+/* A walk over one row value. `bail` says "not a shape read here": the Python
+ * code (cbor2 and then go_message or the general reading) takes the value. */
+typedef struct {
+    const unsigned char *at;
+    const unsigned char *end;
+    int bail;
+} Reader;
+
+/* One item head: major type, additional info and argument. Indefinite
+ * lengths, reserved values and truncation bail. */
+static int
+read_head(Reader *reader, int *major, int *info, uint64_t *argument)
+{
+    int width = 0, byte;
+    uint64_t value = 0;
+
+    if (reader->at >= reader->end) {
+        reader->bail = 1;
+        return 0;
+    }
+    *major = *reader->at >> 5;
+    *info = *reader->at & 0x1f;
+    reader->at++;
+    if (*info < 24) {
+        *argument = (uint64_t)*info;
+        return 1;
+    }
+    switch (*info) {
+    case 24: width = 1; break;
+    case 25: width = 2; break;
+    case 26: width = 4; break;
+    case 27: width = 8; break;
+    default:
+        reader->bail = 1;
+        return 0;
+    }
+    if (reader->end - reader->at < width) {
+        reader->bail = 1;
+        return 0;
+    }
+    for (byte = 0; byte < width; byte++) {
+        value = (value << 8) | reader->at[byte];
+    }
+    reader->at += width;
+    *argument = value;
+    return 1;
+}
+
+/* `length` bytes of a string's content, or NULL (bail) when fewer are left. */
+static const char *
+take(Reader *reader, uint64_t length)
+{
+    const unsigned char *start = reader->at;
+
+    if ((uint64_t)(reader->end - reader->at) < length) {
+        reader->bail = 1;
+        return NULL;
+    }
+    reader->at += length;
+    return (const char *)start;
+}
+
+/* A UTF-8 text of `length` bytes; text that is not UTF-8 bails (cbor2 then refuses it). */
+static PyObject *
+read_text(Reader *reader, uint64_t length)
+{
+    const char *data = take(reader, length);
+    PyObject *text;
+
+    if (data == NULL) {
+        return NULL;
+    }
+    text = PyUnicode_DecodeUTF8(data, (Py_ssize_t)length, NULL);
+    if (text == NULL && PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
+        PyErr_Clear();
+        reader->bail = 1;
+    }
+    return text;
+}
+
+/* The float of a half, single or double's bits, as cbor2 reads it. */
+static PyObject *
+read_float(int info, uint64_t bits)
+{
+    unsigned char bytes[8];
+    int width = info == 25 ? 2 : info == 26 ? 4 : 8, byte;
+    double value;
+
+    for (byte = 0; byte < width; byte++) {
+        bytes[width - 1 - byte] = (unsigned char)(bits >> (8 * byte));
+    }
+    value = width == 2 ? PyFloat_Unpack2((const char *)bytes, 0)
+            : width == 4 ? PyFloat_Unpack4((const char *)bytes, 0)
+                         : PyFloat_Unpack8((const char *)bytes, 0);
+    if (value == -1.0 && PyErr_Occurred()) {
+        return NULL;
+    }
+    return PyFloat_FromDouble(value);
+}
+
+static PyObject *read_plain(Reader *reader, int depth);
+static PyObject *read_key(Reader *reader, Py_ssize_t index);
+
+/* A map's entries into `map`, no key twice (a repeated key bails: cbor2 keeps
+ * the last one, in the first one's place). A message's own map (`top`) has
+ * Go's names first, then text keys; a nested map text and byte string keys
+ * (cbor2's strict_hashable_types refuses others). */
+static int
+read_entries(Reader *reader, PyObject *map, uint64_t count, int depth, int top)
+{
+    PyObject *key, *value;
+    Py_ssize_t before;
+    uint64_t i;
+    int stored;
+
+    for (i = 0; i < count; i++) {
+        key = top ? read_key(reader, (Py_ssize_t)i) : read_plain(reader, depth);
+        if (key == NULL) {
+            return -1;
+        }
+        if (!PyUnicode_CheckExact(key) && !PyBytes_CheckExact(key)) {
+            Py_DECREF(key);
+            reader->bail = 1;
+            return -1;
+        }
+        value = read_plain(reader, depth);
+        if (value == NULL) {
+            Py_DECREF(key);
+            return -1;
+        }
+        before = PyDict_GET_SIZE(map);
+        stored = PyDict_SetItem(map, key, value);
+        Py_DECREF(key);
+        Py_DECREF(value);
+        if (stored < 0) {
+            return -1;
+        }
+        if (PyDict_GET_SIZE(map) == before) {
+            reader->bail = 1;
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* One plain value, as cbor2 decodes it: the values go_encode writes (text
+ * and byte string map keys only), plus half and single floats. Tags, simple values
+ * other than false, true and null, indefinite lengths and nesting past
+ * MAX_PLAIN_DEPTH bail. */
+static PyObject *
+read_plain(Reader *reader, int depth)
+{
+    int major, info;
+    uint64_t argument, i;
+    const char *data;
+    PyObject *list, *map, *item;
+
+    if (!read_head(reader, &major, &info, &argument)) {
+        return NULL;
+    }
+    switch (major) {
+    case 0:
+        return PyLong_FromUnsignedLongLong(argument);
+    case 1:
+        if (argument > (uint64_t)INT64_MAX) {
+            break;
+        }
+        return PyLong_FromLongLong(-1 - (long long)argument);
+    case 2:
+        data = take(reader, argument);
+        return data == NULL ? NULL : PyBytes_FromStringAndSize(data, (Py_ssize_t)argument);
+    case 3:
+        return read_text(reader, argument);
+    case 4:
+        if (depth >= MAX_PLAIN_DEPTH || argument > (uint64_t)(reader->end - reader->at)) {
+            break;
+        }
+        list = PyList_New((Py_ssize_t)argument);
+        if (list == NULL) {
+            return NULL;
+        }
+        for (i = 0; i < argument; i++) {
+            item = read_plain(reader, depth + 1);
+            if (item == NULL) {
+                Py_DECREF(list);
+                return NULL;
+            }
+            PyList_SET_ITEM(list, (Py_ssize_t)i, item);
+        }
+        return list;
+    case 5:
+        if (depth >= MAX_PLAIN_DEPTH || argument > (uint64_t)(reader->end - reader->at) / 2) {
+            break;
+        }
+        map = PyDict_New();
+        if (map != NULL && read_entries(reader, map, argument, depth + 1, 0) < 0) {
+            Py_CLEAR(map);
+        }
+        return map;
+    case 7:
+        if (info == 20) {
+            Py_RETURN_FALSE;
+        }
+        if (info == 21) {
+            Py_RETURN_TRUE;
+        }
+        if (info == 22) {
+            Py_RETURN_NONE;
+        }
+        if (info >= 25 && info <= 27) {
+            return read_float(info, argument);
+        }
+        break;
+    }
+    reader->bail = 1;
+    return NULL;
+}
+
+/* Go's field name `index` when the next item is exactly that text, so the
+ * map is keyed by the same str objects Python's reading would compare. */
+static PyObject *
+read_key(Reader *reader, Py_ssize_t index)
+{
+    int major, info;
+    uint64_t length;
+    PyObject *name;
+    const char *data;
+
+    if (index < FIELD_COUNT) {
+        name = PyTuple_GET_ITEM(go_keys, index);
+        if (read_head(reader, &major, &info, &length) && major == 3
+            && length == (uint64_t)PyUnicode_GET_LENGTH(name)) {
+            data = take(reader, length);
+            if (data != NULL && memcmp(data, PyUnicode_DATA(name), (size_t)length) == 0) {
+                return Py_NewRef(name);
+            }
+        }
+        reader->bail = 1;  /* not Go's order: go_message would say None */
+        return NULL;
+    }
+    if (!read_head(reader, &major, &info, &length)) {
+        return NULL;
+    }
+    if (major != 3) {
+        reader->bail = 1;
+        return NULL;
+    }
+    return read_text(reader, length);
+}
+
+PyDoc_STRVAR(go_decode_doc,
+"go_decode(value) -> Message | None\n\n"
+"go_message(cbor2.loads(value)[0]) read straight off a per-message row's bytes\n"
+"when they hold one message of Go's shape (unknown keys with plain values\n"
+"allowed); None for anything else, which the Python code then reads.");
+
+static PyObject *
+go_decode(PyObject *module, PyObject *value)
+{
+    Reader reader;
+    int major, info;
+    uint64_t count;
+    PyObject *item, *message;
+
+    if (!is_configured()) {
+        return NULL;
+    }
+    if (!PyBytes_CheckExact(value) || PyBytes_GET_SIZE(value) < 2
+        || (unsigned char)PyBytes_AS_STRING(value)[0] != 0x81) {
+        Py_RETURN_NONE;
+    }
+    reader.at = (const unsigned char *)PyBytes_AS_STRING(value) + 1;
+    reader.end = reader.at + PyBytes_GET_SIZE(value) - 1;
+    reader.bail = 0;
+    if (!read_head(&reader, &major, &info, &count) || major != 5 || count < FIELD_COUNT
+        || count > (uint64_t)(reader.end - reader.at) / 2) {
+        Py_RETURN_NONE;
+    }
+    item = PyDict_New();
+    if (item == NULL) {
+        return NULL;
+    }
+    if (read_entries(&reader, item, count, 1, 1) < 0) {
+        Py_DECREF(item);
+        if (reader.bail && !PyErr_Occurred()) {
+            Py_RETURN_NONE;
+        }
+        return NULL;
+    }
+    if (reader.at != reader.end) {
+        Py_DECREF(item);
+        Py_RETURN_NONE;  /* bytes after the message: the Python reading judges them */
+    }
+    message = go_message(module, item);
+    Py_DECREF(item);
+    return message;
+}
+
+/* --- writing ------------------------------------------------------------ */
+
+/* Counts bytes while `out` is NULL, then writes them: one walk for both. */
+typedef struct {
+    char *out;
+    Py_ssize_t size;
+} Writer;
+
+static void
+put(Writer *writer, const void *data, Py_ssize_t size)
+{
+    if (writer->out != NULL) {
+        memcpy(writer->out + writer->size, data, (size_t)size);
+    }
+    writer->size += size;
+}
+
+/* A CBOR head in its shortest form, as Go's encoder writes it. */
+static void
+put_head(Writer *writer, unsigned char major, uint64_t value)
+{
+    unsigned char head[9];
+    int size, i;
+
+    major <<= 5;
+    if (value < 24) {
+        head[0] = major | (unsigned char)value;
+        size = 1;
+    }
+    else {
+        int width = value <= 0xFF ? 1 : value <= 0xFFFF ? 2 : value <= 0xFFFFFFFFu ? 4 : 8;
+        head[0] = major | (unsigned char)(width == 1 ? 24 : width == 2 ? 25 : width == 4 ? 26 : 27);
+        for (i = 0; i < width; i++) {
+            head[width - i] = (unsigned char)(value >> (8 * i));
+        }
+        size = width + 1;
+    }
+    put(writer, head, size);
+}
+
+/* A str as CBOR text; its UTF-8 was checked by `text_utf8` before. */
+static void
+put_text(Writer *writer, PyObject *text)
+{
+    Py_ssize_t size;
+    const char *data = PyUnicode_AsUTF8AndSize(text, &size);
+
+    put_head(writer, 3, (uint64_t)size);
+    put(writer, data, size);
+}
+
+static void
+put_text_list(Writer *writer, PyObject *list)
+{
+    Py_ssize_t i, size;
+
+    if (list == Py_None) {
+        put(writer, "\xf6", 1);
+        return;
+    }
+    size = PyList_GET_SIZE(list);
+    put_head(writer, 4, (uint64_t)size);
+    for (i = 0; i < size; i++) {
+        put_text(writer, PyList_GET_ITEM(list, i));
+    }
+}
+
+/* Whether `text` is a str with a UTF-8 form (a lone surrogate has none). */
+static int
+text_utf8(PyObject *text)
+{
+    if (!PyUnicode_CheckExact(text)) {
+        return 0;
+    }
+    if (PyUnicode_AsUTF8AndSize(text, NULL) == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    return 1;
+}
+
+/* The text Go writes for a GoTime, in *text (a new reference), or NULL for
+ * None. Returns 0 when the Python encoder must judge the value: anything but
+ * None or a GoTime, a time whose text fails, or one that may be Go's zero
+ * time (written as null; the Python encoder asks `is_zero`). */
+static int
+wire_time(PyObject *time, PyObject **text)
+{
+    PyObject *formatted;
+    const char *data;
+    Py_ssize_t size;
+
+    *text = NULL;
+    if (time == Py_None) {
+        return 1;
+    }
+    if (Py_TYPE(time) != (PyTypeObject *)gotime_type) {
+        return 0;
+    }
+    formatted = *(PyObject **)((char *)time + text_offset);
+    if (formatted != NULL && formatted != Py_None) {
+        Py_INCREF(formatted);
+    }
+    else {
+        formatted = PyObject_CallMethodNoArgs(time, format_name);
+        if (formatted == NULL) {
+            PyErr_Clear();
+            return 0;
+        }
+    }
+    data = PyUnicode_CheckExact(formatted) ? PyUnicode_AsUTF8AndSize(formatted, &size) : NULL;
+    if (data == NULL || size < 4 || memcmp(data, "0002", 4) < 0) {
+        PyErr_Clear();
+        Py_DECREF(formatted);
+        return 0;
+    }
+    *text = formatted;
+    return 1;
+}
+
+/* Whether go_encode writes `value` (in an unknown key) as cbor2 would: None,
+ * bools, 64-bit ints, finite floats, str with UTF-8, bytes, and lists and
+ * maps of these (keyed by str or bytes: the keys cbor2 reads back), exact
+ * types only. Anything else is the Python encoder's. */
+static int
+is_plain(PyObject *value, int depth)
+{
+    Py_ssize_t i = 0;
+    PyObject *key, *item;
+    int overflow;
+    long long number;
+
+    if (value == Py_None || value == Py_True || value == Py_False || PyBytes_CheckExact(value)) {
+        return 1;
+    }
+    if (PyLong_CheckExact(value)) {
+        number = PyLong_AsLongLongAndOverflow(value, &overflow);
+        if (number == -1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            return 0;
+        }
+        return !overflow;
+    }
+    if (PyFloat_CheckExact(value)) {
+        return isfinite(PyFloat_AS_DOUBLE(value));
+    }
+    if (PyUnicode_CheckExact(value)) {
+        return text_utf8(value);
+    }
+    if (depth >= MAX_PLAIN_DEPTH) {
+        return 0;
+    }
+    if (PyList_CheckExact(value)) {
+        for (i = 0; i < PyList_GET_SIZE(value); i++) {
+            if (!is_plain(PyList_GET_ITEM(value, i), depth + 1)) {
+                return 0;
+            }
+        }
+        return 1;
+    }
+    if (PyDict_CheckExact(value)) {
+        while (PyDict_Next(value, &i, &key, &item)) {
+            if ((!PyUnicode_CheckExact(key) && !PyBytes_CheckExact(key))
+                || !is_plain(key, depth + 1) || !is_plain(item, depth + 1)) {
+                return 0;
+            }
+        }
+        return 1;
+    }
+    return 0;
+}
+
+/* A value `is_plain` accepted, in the bytes cbor2 writes for it. */
+static void
+put_plain(Writer *writer, PyObject *value)
+{
+    Py_ssize_t i = 0;
+    PyObject *key, *item;
+    long long number;
+    unsigned char head[9];
+    uint64_t bits;
+    double real;
+    int overflow, byte;
+
+    if (value == Py_None) {
+        put(writer, "\xf6", 1);
+    }
+    else if (value == Py_True) {
+        put(writer, "\xf5", 1);
+    }
+    else if (value == Py_False) {
+        put(writer, "\xf4", 1);
+    }
+    else if (PyLong_CheckExact(value)) {
+        number = PyLong_AsLongLongAndOverflow(value, &overflow);
+        if (number >= 0) {
+            put_head(writer, 0, (uint64_t)number);
+        }
+        else {
+            put_head(writer, 1, (uint64_t)(-1 - number));
+        }
+    }
+    else if (PyFloat_CheckExact(value)) {
+        real = PyFloat_AS_DOUBLE(value);
+        memcpy(&bits, &real, sizeof bits);
+        head[0] = 0xfb;
+        for (byte = 0; byte < 8; byte++) {
+            head[8 - byte] = (unsigned char)(bits >> (8 * byte));
+        }
+        put(writer, head, 9);
+    }
+    else if (PyUnicode_CheckExact(value)) {
+        put_text(writer, value);
+    }
+    else if (PyBytes_CheckExact(value)) {
+        put_head(writer, 2, (uint64_t)PyBytes_GET_SIZE(value));
+        put(writer, PyBytes_AS_STRING(value), PyBytes_GET_SIZE(value));
+    }
+    else if (PyList_CheckExact(value)) {
+        put_head(writer, 4, (uint64_t)PyList_GET_SIZE(value));
+        for (i = 0; i < PyList_GET_SIZE(value); i++) {
+            put_plain(writer, PyList_GET_ITEM(value, i));
+        }
+    }
+    else {
+        put_head(writer, 5, (uint64_t)PyDict_GET_SIZE(value));
+        while (PyDict_Next(value, &i, &key, &item)) {
+            put_plain(writer, key);
+            put_plain(writer, item);
+        }
+    }
+}
+
+/* Whether a message's `extra` is a dict go_encode writes: unknown keys with
+ * plain values. */
+static int
+is_plain_extra(PyObject *extra)
+{
+    Py_ssize_t i = 0;
+    PyObject *key, *value;
+
+    if (!PyDict_CheckExact(extra)) {
+        return 0;
+    }
+    while (PyDict_Next(extra, &i, &key, &value)) {
+        if (!is_extra_key(key) || !text_utf8(key) || !is_plain(value, 0)) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+PyDoc_STRVAR(go_encode_doc,
+"go_encode(msg) -> bytes | None\n\n"
+"The per-message row value Go writes for `msg` ([msg] in CBOR) when it has\n"
+"Go's shape, unknown keys holding plain values allowed; None for the Python\n"
+"encoder to write.");
+
+static PyObject *
+go_encode(PyObject *module, PyObject *msg)
+{
+    PyObject *values[FIELD_COUNT + 1] = {NULL}, *times[2] = {NULL, NULL}, *result = NULL;
+    long long code = 0;
+    int overflow = 1, i, shaped = 0;
+    Writer writer = {NULL, 0};
+
+    if (!is_configured()) {
+        return NULL;
+    }
+    if (Py_TYPE(msg) != (PyTypeObject *)message_type) {
+        Py_RETURN_NONE;
+    }
+    for (i = 0; i < FIELD_COUNT + 1; i++) {
+        values[i] = PyObject_GetAttr(msg, PyTuple_GET_ITEM(attributes, i));
+        if (values[i] == NULL) {
+            goto done;
+        }
+    }
+    /* The times first: `format` is Python code, during which another thread
+     * could change a list. From the checks below to the last byte written,
+     * no Python code runs, so what was checked is what gets written. */
+    shaped = wire_time(values[0], &times[0]) && wire_time(values[1], &times[1]);
+    if (shaped && PyLong_Check(values[7]) && !PyBool_Check(values[7])
+        && (PyLong_CheckExact(values[7]) || Py_TYPE(values[7]) == (PyTypeObject *)event_code_type)) {
+        code = PyLong_AsLongLongAndOverflow(values[7], &overflow);
+        if (code == -1 && PyErr_Occurred()) {
+            goto done;
+        }
+    }
+    shaped = shaped && !overflow && text_utf8(values[2]) && text_utf8(values[3])
+             && is_list_of(values[4], text_utf8) && is_list_of(values[5], text_utf8)
+             && is_list_of(values[6], text_utf8) && is_plain_extra(values[8]);
+    if (!shaped) {
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    for (;;) {
+        put_head(&writer, 4, 1);
+        put_head(&writer, 5, FIELD_COUNT + (uint64_t)PyDict_GET_SIZE(values[8]));
+        for (i = 0; i < FIELD_COUNT; i++) {
+            put_text(&writer, PyTuple_GET_ITEM(go_keys, i));
+            if (i < 2) {
+                if (times[i] == NULL) {
+                    put(&writer, "\xf6", 1);
+                }
+                else {
+                    put_text(&writer, times[i]);
+                }
+            }
+            else if (i < 4) {
+                put_text(&writer, values[i]);
+            }
+            else if (i < 7) {
+                put_text_list(&writer, values[i]);
+            }
+            else if (code >= 0) {
+                put_head(&writer, 0, (uint64_t)code);
+            }
+            else {
+                put_head(&writer, 1, (uint64_t)(-1 - code));
+            }
+        }
+        {
+            Py_ssize_t at = 0;
+            PyObject *key, *value;
+
+            while (PyDict_Next(values[8], &at, &key, &value)) {
+                put_text(&writer, key);
+                put_plain(&writer, value);
+            }
+        }
+        if (writer.out != NULL) {
+            break;
+        }
+        result = PyBytes_FromStringAndSize(NULL, writer.size);
+        if (result == NULL) {
+            goto done;
+        }
+        writer.out = PyBytes_AS_STRING(result);
+        writer.size = 0;
+    }
+done:
+    for (i = 0; i < FIELD_COUNT + 1; i++) {
+        Py_XDECREF(values[i]);
+    }
+    Py_XDECREF(times[0]);
+    Py_XDECREF(times[1]);
+    return result;
+}
+
+PyDoc_STRVAR(read_go_time_doc,
+"read_go_time(text) -> tuple[int, int] | None\n\n"
+"(unix_ns, offset) of Go's canonical RFC3339Nano text in go_message's range;\n"
+"None for anything else. For tests: go_message reads its times this way.");
+
+static PyObject *
+read_go_time(PyObject *module, PyObject *text)
+{
+    GoClock clock;
+
+    if (!read_time(text, &clock)) {
+        Py_RETURN_NONE;
+    }
+    return Py_BuildValue("(Li)", clock.unix_ns, clock.offset);
+}
+
+/* The offset in a `type` instance of its __slots__ entry `name`. */
+static int
+slot_offset(PyObject *type, const char *name, Py_ssize_t *offset)
+{
+    PyObject *descriptor = PyDict_GetItemString(((PyTypeObject *)type)->tp_dict, name);
+
+    if (descriptor == NULL || !Py_IS_TYPE(descriptor, &PyMemberDescr_Type)
+        || ((PyMemberDescrObject *)descriptor)->d_member->type != Py_T_OBJECT_EX) {
+        PyErr_Format(PyExc_TypeError, "gotime_type needs a __slots__ entry %s", name);
+        return -1;
+    }
+    *offset = ((PyMemberDescrObject *)descriptor)->d_member->offset;
+    return 0;
+}
+
+PyDoc_STRVAR(setup_doc,
+"setup(message_type, gotime_type, event_codes, go_keys, attributes, event_code_type)\n\n"
+"The Python objects go_message and go_encode work with; deadletter.wire.codec calls it once.");
+
+static PyObject *
+setup(PyObject *module, PyObject *args)
+{
+    PyObject *new_message, *new_gotime, *new_codes, *new_keys, *new_attributes;
+    PyObject *new_event_code, *new_template;
+
+    if (!PyArg_ParseTuple(args, "O!O!O!O!O!O!:setup", &PyType_Type, &new_message, &PyType_Type,
+                          &new_gotime, &PyDict_Type, &new_codes, &PyTuple_Type, &new_keys,
+                          &PyTuple_Type, &new_attributes, &PyType_Type, &new_event_code)) {
+        return NULL;
+    }
+    if (PyTuple_GET_SIZE(new_keys) != FIELD_COUNT
+        || PyTuple_GET_SIZE(new_attributes) != FIELD_COUNT + 1) {
+        PyErr_SetString(PyExc_ValueError, "go_keys needs 8 names and attributes 9");
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < FIELD_COUNT + 1; i++) {
+        if ((i < FIELD_COUNT && (!PyUnicode_CheckExact(PyTuple_GET_ITEM(new_keys, i))
+                                 || !PyUnicode_IS_ASCII(PyTuple_GET_ITEM(new_keys, i))))
+            || !PyUnicode_CheckExact(PyTuple_GET_ITEM(new_attributes, i))) {
+            PyErr_SetString(PyExc_TypeError, "field names must be str, Go's ASCII");
+            return NULL;
+        }
+    }
+    if (!PyType_IsSubtype((PyTypeObject *)new_gotime, PyDateTimeAPI->DateTimeType)
+        || slot_offset(new_gotime, "_unix_ns", &unix_ns_offset) < 0
+        || slot_offset(new_gotime, "_text", &text_offset) < 0) {
+        return NULL;
+    }
+    new_template = PyDict_New();
+    if (new_template == NULL) {
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < FIELD_COUNT + 1; i++) {
+        if (PyDict_SetItem(new_template, PyTuple_GET_ITEM(new_attributes, i), Py_None) < 0) {
+            Py_DECREF(new_template);
+            return NULL;
+        }
+    }
+    Py_XSETREF(fields_template, new_template);
+    Py_XSETREF(message_type, Py_NewRef(new_message));
+    Py_XSETREF(gotime_type, Py_NewRef(new_gotime));
+    Py_XSETREF(event_codes, Py_NewRef(new_codes));
+    Py_XSETREF(go_keys, Py_NewRef(new_keys));
+    Py_XSETREF(attributes, Py_NewRef(new_attributes));
+    Py_XSETREF(event_code_type, Py_NewRef(new_event_code));
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef speedups_methods[] = {
+    {"go_decode", go_decode, METH_O, go_decode_doc},
+    {"go_encode", go_encode, METH_O, go_encode_doc},
+    {"go_message", go_message, METH_O, go_message_doc},
+    {"read_go_time", read_go_time, METH_O, read_go_time_doc},
+    {"setup", setup, METH_VARARGS, setup_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef speedups_module = {
+    PyModuleDef_HEAD_INIT,
+    "deadletter.wire._speedups",
+    "The scan's per-message checks in C; see deadletter.wire.codec.",
+    -1,
+    speedups_methods,
+    NULL,
+    NULL,
+    NULL,
+    NULL,
+};
+
+PyMODINIT_FUNC
+PyInit__speedups(void)
+{
+    dict_name = PyUnicode_InternFromString("__dict__");
+    format_name = PyUnicode_InternFromString("format");
+    if (dict_name == NULL || format_name == NULL) {
+        return NULL;
+    }
+    PyDateTime_IMPORT;
+    if (PyDateTimeAPI == NULL) {
+        return NULL;
+    }
+    return PyModule_Create(&speedups_module);
+}

@@ -1,0 +1,163 @@
+"""How often the API may be called: failed authentications per client address
+and requests per user (`DEADLETTER_API_THROTTLE_RATES`), the project's own DRF
+throttles, and check E009 on the setting."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterator
+from datetime import timedelta
+
+import pytest
+import time_machine
+from django.contrib.auth.models import Permission, User
+from django.core import checks
+from django.core.cache import cache
+from django.core.management import call_command
+from django.core.management.base import SystemCheckError
+from django.test import override_settings
+from django.utils import timezone
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+from rest_framework.throttling import UserRateThrottle
+
+from deadletter.checks import check_settings
+from deadletter.conf import conf
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+QUEUES = "/api/deadletter/queues/"
+
+
+@pytest.fixture(autouse=True)
+def empty_cache() -> Iterator[None]:
+    """Throttles keep their history in Django's cache: none carried between tests."""
+    cache.clear()
+    yield
+    cache.clear()
+
+
+def viewer(username: str = "service") -> User:
+    user = User.objects.create_user(username, password="s3cret")  # noqa: S106
+    user.user_permissions.add(Permission.objects.get(codename="view_queuedmessage"))
+    return user
+
+
+def token_client(token: str, address: str = "127.0.0.1") -> APIClient:
+    client = APIClient(REMOTE_ADDR=address)
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token}")
+    return client
+
+
+def good_token(user: User) -> str:
+    key: str = Token.objects.create(user=user).key
+    return key
+
+
+@override_settings(DEADLETTER_API_THROTTLE_RATES={"failed_auth": "3/min"})
+def test_failed_authentications_past_the_rate_are_429_with_retry_after() -> None:
+    wrong = token_client("not-a-token")
+    assert [wrong.get(QUEUES).status_code for _ in range(3)] == [401, 401, 401]
+    throttled = wrong.get(QUEUES)
+    assert throttled.status_code == 429
+    assert 0 < int(throttled["Retry-After"]) <= 60
+    # The address is held off whatever it sends, a right token included...
+    assert token_client(good_token(viewer())).get(QUEUES).status_code == 429
+    # ...and other addresses are not.
+    assert token_client(good_token(viewer("other")), "10.0.0.2").get(QUEUES).status_code == 200
+
+
+@override_settings(DEADLETTER_API_THROTTLE_RATES={"failed_auth": "2/min"})
+def test_the_address_is_let_in_again_once_the_failures_leave_the_window() -> None:
+    token = good_token(viewer())
+    with time_machine.travel(timezone.now(), tick=False) as clock:
+        for _ in range(2):
+            token_client("not-a-token").get(QUEUES)
+        assert token_client(token).get(QUEUES).status_code == 429
+        clock.shift(timedelta(seconds=61))
+        assert token_client(token).get(QUEUES).status_code == 200
+
+
+@override_settings(
+    DEADLETTER_API_THROTTLE_RATES={"failed_auth": "2/min"},
+    REST_FRAMEWORK={
+        "DEFAULT_AUTHENTICATION_CLASSES": ["rest_framework.authentication.BasicAuthentication"]
+    },
+)
+def test_wrong_basic_passwords_are_slowed_the_same_way() -> None:
+    viewer()
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Basic {base64.b64encode(b'service:no').decode()}")
+    assert [client.get(QUEUES).status_code for _ in range(3)] == [401, 401, 429]
+
+
+@override_settings(DEADLETTER_API_THROTTLE_RATES={"failed_auth": "2/min"})
+def test_successes_and_anonymous_calls_are_not_failures() -> None:
+    client = token_client(good_token(viewer()))
+    assert {client.get(QUEUES).status_code for _ in range(5)} == {200}
+    assert {APIClient().get(QUEUES).status_code for _ in range(5)} == {401}
+
+
+def test_the_defaults_leave_an_operator_alone() -> None:
+    assert conf.API_THROTTLE_RATES == {"failed_auth": "30/min", "user": None}
+    mistyped = token_client("not-a-token")
+    assert {mistyped.get(QUEUES).status_code for _ in range(5)} == {401}
+    client = token_client(good_token(viewer()))
+    assert {client.get(QUEUES).status_code for _ in range(100)} == {200}
+
+
+@override_settings(DEADLETTER_API_THROTTLE_RATES={"failed_auth": None})
+def test_none_turns_a_scope_off() -> None:
+    assert {token_client("not-a-token").get(QUEUES).status_code for _ in range(40)} == {401}
+
+
+@override_settings(DEADLETTER_API_THROTTLE_RATES={"user": "2/min"})
+def test_the_user_rate_counts_each_users_requests() -> None:
+    assert conf.API_THROTTLE_RATES["failed_auth"] == "30/min"
+    client = token_client(good_token(viewer()))
+    assert [client.get(QUEUES).status_code for _ in range(3)] == [200, 200, 429]
+    assert 0 < int(client.get(QUEUES)["Retry-After"]) <= 60
+    assert token_client(good_token(viewer("other"))).get(QUEUES).status_code == 200
+
+
+class OnePerMinute(UserRateThrottle):
+    rate = "1/min"
+
+
+@override_settings(
+    REST_FRAMEWORK={"DEFAULT_THROTTLE_CLASSES": ["tests.api.test_api_throttle.OnePerMinute"]}
+)
+def test_the_projects_drf_throttles_apply_too() -> None:
+    client = token_client(good_token(viewer()))
+    assert [client.get(QUEUES).status_code for _ in range(2)] == [200, 429]
+
+
+@pytest.mark.parametrize(
+    "rates",
+    [
+        ["30/min"],
+        {"failed_auths": "30/min"},
+        {"failed_auth": "30 per minute"},
+        {"failed_auth": "0/min"},
+        {"failed_auth": "30/fortnight"},
+        {"user": 30},
+    ],
+)
+def test_a_malformed_rate_is_check_e009(settings, rates: object) -> None:
+    settings.DEADLETTER_API_THROTTLE_RATES = rates
+    errors = [e for e in check_settings() if e.id == "deadletter.E009"]
+    assert len(errors) == 1
+    assert "DEADLETTER_API_THROTTLE_RATES" in errors[0].msg
+    assert errors[0].level == checks.ERROR
+
+
+@pytest.mark.parametrize("rates", [{}, {"user": "100/s", "failed_auth": None}, {"user": "5/day"}])
+def test_well_formed_rates_pass_the_check(settings, rates: object) -> None:
+    settings.DEADLETTER_API_THROTTLE_RATES = rates
+    assert [e for e in check_settings() if e.id == "deadletter.E009"] == []
+
+
+def test_manage_py_check_reports_e009(settings) -> None:
+    settings.DEADLETTER_API_THROTTLE_RATES = {"failed_auth": "lots"}
+    with pytest.raises(SystemCheckError, match="deadletter.E009"):
+        call_command("check")

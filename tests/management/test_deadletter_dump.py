@@ -1,0 +1,118 @@
+"""manage.py deadletter_dump: NDJSON of the chosen queues, to a file or stdout."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from io import StringIO
+from pathlib import Path
+
+import pytest
+from django.core.management import CommandError, call_command
+from django.db import connection
+
+from deadletter.queue import store_failed_msgs
+from deadletter.wire import keys
+from deadletter.wire.messages import Message
+from tests.conftest import FIXTURES, REPO
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def dump(*args: str) -> tuple[str, str]:
+    out, err = StringIO(), StringIO()
+    call_command("deadletter_dump", *args, stdout=out, stderr=err)
+    return out.getvalue(), err.getvalue()
+
+
+def park_fixtures() -> int:
+    """Every Go fixture's bytes as a row (several are multi-message rows), plus a
+    corrupt row and a legacy aggregate: everything a dump must carry."""
+    values = sorted(FIXTURES.glob("*.cbor"))
+    with connection.cursor() as cursor:
+        for i, path in enumerate(values):
+            cursor.execute(
+                "INSERT INTO deadletter_queuedmessage (key, value) VALUES (%s, %s)",
+                (keys.make_key("go", 10**18 + i, i), path.read_bytes()),
+            )
+        cursor.execute(
+            "INSERT INTO deadletter_queuedmessage (key, value) VALUES (%s, %s)",
+            (keys.make_key("go", 2 * 10**18, 0), b"\xff\xfe corrupt"),
+        )
+        cursor.execute(
+            "INSERT INTO deadletter_queuedmessage (key, value) VALUES (%s, %s)",
+            (b"go", values[0].read_bytes()),
+        )
+    return len(values) + 2
+
+
+def test_stdout_carries_one_line_a_row_and_nothing_else() -> None:
+    store_failed_msgs("mail", Message(subject="hello"))
+    store_failed_msgs("hooks", Message(subject="hi"))
+    out, err = dump()
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert [(x["queue"], x["Subject"]) for x in lines] == [("hooks", "hi"), ("mail", "hello")]
+    assert err == ""  # not a terminal: no bar
+
+
+def test_only_the_chosen_queues(tmp_path: Path) -> None:
+    store_failed_msgs("mail", Message(subject="hello"))
+    store_failed_msgs("hooks", Message(subject="hi"))
+    out, _ = dump("--queue", "mail")
+    assert [json.loads(x)["queue"] for x in out.splitlines()] == ["mail"]
+
+
+def test_output_file_is_written_whole_and_said(tmp_path: Path) -> None:
+    n = park_fixtures()
+    target = tmp_path / "dump.ndjson"
+    out, err = dump("-o", str(target))
+    assert out == ""
+    assert f"Dumped {n} row(s)" in err
+    assert len(target.read_text().splitlines()) == n
+    assert [p.name for p in tmp_path.iterdir()] == ["dump.ndjson"]
+
+
+def test_an_unwritable_file_is_one_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(CommandError, match="could not write"):
+        dump("-o", str(tmp_path / "missing-dir" / "dump.ndjson"))
+
+
+def test_an_invalid_queue_name_is_a_usage_error() -> None:
+    with pytest.raises(CommandError, match="empty"):
+        dump("--queue", "")
+
+
+def test_dump_load_into_an_empty_database_dump_again_is_the_same_file(
+    tmp_path: Path, subprocess_env: dict[str, str]
+) -> None:
+    park_fixtures()
+    for i in range(3):
+        store_failed_msgs("mail", Message(subject=f"m{i}", extra={"Blob": b"\x00", "N": i}))
+    first = tmp_path / "first.ndjson"
+    dump("-o", str(first))
+    # A fresh SQLite database in another process: migrate, load, dump.
+    env = {**subprocess_env, "DATABASE_URL": f"sqlite:///{tmp_path / 'fresh.sqlite3'}"}
+    manage = [sys.executable, str(REPO / "manage.py")]
+    second = tmp_path / "second.ndjson"
+    for args in (
+        ["migrate", "-v", "0"],
+        ["deadletter_load", str(first)],
+        ["deadletter_dump", "-o", str(second)],
+    ):
+        subprocess.run([*manage, *args], env=env, check=True, capture_output=True, timeout=300)
+    assert second.read_bytes() == first.read_bytes()
+
+
+def test_the_same_round_trip_in_this_database(tmp_path: Path) -> None:
+    park_fixtures()
+    first = tmp_path / "first.ndjson"
+    dump("-o", str(first))
+    with connection.cursor() as cursor:
+        cursor.execute("DELETE FROM deadletter_queuedmessage")
+    call_command("deadletter_load", str(first), stdout=StringIO())
+    second = tmp_path / "second.ndjson"
+    dump("-o", str(second))
+    assert second.read_bytes() == first.read_bytes()
+    assert os.path.getsize(first) > 0

@@ -1,0 +1,138 @@
+"""deadletter.reports.metrics: the Prometheus endpoint, off without a token, exact figures."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.urls import include, path, reverse
+from prometheus_client.parser import text_string_to_metric_families
+
+from deadletter import queue
+from deadletter.wire import codec, keys
+from deadletter.wire.gotime import GoTime
+from deadletter.wire.messages import Message
+from tests.conftest import REPO
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.urls(__name__)]
+
+urlpatterns = [path("ops/", include("deadletter.urls"))]
+
+TOKEN = "s3cret-token"
+DAY = 86_400 * 10**9
+
+
+def park(name: str, days_ago: float, attempts: int = 0, *, seq: int = 1) -> bytes:
+    now = GoTime.now().unix_ns
+    at = now - int(days_ago * DAY)
+    extra = {"Attempts": attempts} if attempts else {}
+    key = keys.make_key(name, at, seq)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO deadletter_queuedmessage (key, value) VALUES (%s, %s)",
+            (key, codec.encode_one(Message(subject="s", queued_at=GoTime(at), extra=extra))),
+        )
+    return key
+
+
+def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    found = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            found[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return found
+
+
+def scrape(client, token: str | None = TOKEN):
+    headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
+    return client.get(reverse("deadletter:metrics"), headers=headers)
+
+
+def test_the_endpoint_is_off_without_a_token_setting(client, settings) -> None:
+    settings.DEADLETTER_METRICS_TOKEN = None
+    assert scrape(client).status_code == 404
+
+
+@pytest.mark.parametrize("header", [None, "Bearer wrong", f"Basic {TOKEN}", "Bearer ", TOKEN])
+def test_a_missing_or_wrong_token_is_refused(client, settings, header: str | None) -> None:
+    settings.DEADLETTER_METRICS_TOKEN = TOKEN
+    headers = {"Authorization": header} if header is not None else {}
+    response = client.get(reverse("deadletter:metrics"), headers=headers)
+    assert response.status_code == 401
+    assert response["WWW-Authenticate"].startswith("Bearer")
+    assert b"deadletter_queue_depth" not in response.content
+
+
+def test_the_scrape_parses_and_holds_the_figures(client, settings) -> None:
+    settings.DEADLETTER_METRICS_TOKEN = TOKEN
+    settings.DEADLETTER_MAX_QUEUE_AGE = timedelta(days=30)
+    settings.DEADLETTER_EXPIRY_WARNING = None
+    park("mail", days_ago=29.5, attempts=2, seq=1)
+    park("mail", days_ago=2, seq=2)
+    park("mail", days_ago=1, attempts=12, seq=3)
+    corrupt = park("hooks", days_ago=1)
+    queue.drop_msg(corrupt, None, "permanent")
+    response = scrape(client)
+    assert response.status_code == 200
+    assert response["Content-Type"].startswith("text/plain")
+    got = samples(response.content.decode())
+    mail, hooks = (("queue", "mail"),), (("queue", "hooks"),)
+    assert got[("deadletter_queue_depth", mail)] == 3
+    assert got[("deadletter_queue_depth", hooks)] == 0
+    assert got[("deadletter_oldest_message_age_seconds", mail)] == pytest.approx(
+        29.5 * 86400, abs=60
+    )
+    assert got[("deadletter_oldest_failure_age_seconds", mail)] == pytest.approx(
+        29.5 * 86400, abs=60
+    )
+    assert got[("deadletter_expiring_messages", mail)] == 1
+    assert got[("deadletter_expiry_horizon_seconds", ())] == 86400
+    assert got[("deadletter_dropped_total", (("queue", "hooks"), ("reason", "permanent")))] == 1
+    assert got[("deadletter_dropped_total", (("queue", "mail"), ("reason", "expired")))] == 0
+    bucket = "deadletter_message_attempts_bucket"
+    assert got[(bucket, (("le", "0.0"), ("queue", "mail")))] == 1
+    assert got[(bucket, (("le", "2.0"), ("queue", "mail")))] == 2
+    assert got[(bucket, (("le", "10.0"), ("queue", "mail")))] == 2
+    assert got[(bucket, (("le", "+Inf"), ("queue", "mail")))] == 3
+    assert got[("deadletter_message_attempts_gcount", mail)] == 3
+
+
+def test_expired_drops_show_in_the_scrape(client, settings) -> None:
+    settings.DEADLETTER_METRICS_TOKEN = TOKEN
+    settings.DEADLETTER_MAX_QUEUE_AGE = timedelta(days=30)
+    park("mail", days_ago=31, seq=1)
+    park("mail", days_ago=40, seq=2)
+    park("mail", days_ago=1, seq=3)
+    assert len(queue.fetch_failed_msgs("mail")) == 1
+    got = samples(scrape(client).content.decode())
+    dropped = ("deadletter_dropped_total", (("queue", "mail"), ("reason", "expired")))
+    assert got[dropped] == 2
+    assert got[("deadletter_queue_depth", (("queue", "mail"),))] == 1
+
+
+def test_counters_survive_a_restart(settings, subprocess_env) -> None:
+    # Dropped in one process, read by another that starts afterwards.
+    settings.DEADLETTER_MAX_QUEUE_AGE = timedelta(days=30)
+    park("mail", days_ago=45, seq=1)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO deadletter_queuedmessage (key, value) VALUES (%s, %s)",
+            (keys.make_key("mail", 5, 2), b"\xff garbage"),
+        )
+    assert queue.fetch_failed_msgs("mail") == []
+    out = subprocess.run(
+        [sys.executable, str(REPO / "manage.py"), "deadletter_stats", "--format", "prometheus"],
+        env=subprocess_env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    ).stdout
+    got = samples(out)
+    labels = lambda reason: (("queue", "mail"), ("reason", reason))  # noqa: E731
+    assert got[("deadletter_dropped_total", labels("expired"))] == 1
+    assert got[("deadletter_dropped_total", labels("corrupt"))] == 1
+    assert got[("deadletter_queue_depth", (("queue", "mail"),))] == 0

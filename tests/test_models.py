@@ -1,0 +1,103 @@
+from __future__ import annotations
+
+import threading
+
+import pytest
+from django.db import connection, transaction
+
+from deadletter.models import QueuedMessage
+from deadletter.wire import keys
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def put(*names: str) -> list[bytes]:
+    made = [keys.new_key(name) for name in names]
+    QueuedMessage.objects.bulk_create(QueuedMessage(key=k, value=b"\x80") for k in made)
+    return made
+
+
+def test_a_queue_is_its_key_range_legacy_row_first() -> None:
+    a1, b1, a2 = put("a", "b", "a")
+    QueuedMessage.objects.create(key=b"a", value=b"\x80")
+    assert [
+        bytes(k)
+        for k in QueuedMessage.objects.of_queue("a").order_by("key").values_list("key", flat=True)
+    ] == [
+        b"a",
+        a1,
+        a2,
+    ]
+
+
+def test_tail_key_is_the_newest_key_of_the_queue_or_none() -> None:
+    first, _, last = put("q", "q", "q")
+    put("r")
+    assert QueuedMessage.objects.tail_key("q") == last
+    assert QueuedMessage.objects.tail_key("empty") is None
+
+
+def test_count_rows_counts_up_to_and_including_until() -> None:
+    first, second, _ = put("q", "q", "q")
+    assert QueuedMessage.objects.count_rows("q") == 3
+    assert QueuedMessage.objects.count_rows("q", until=second) == 2
+
+
+def test_insert_missing_leaves_a_present_key_as_it_is() -> None:
+    (key,) = put("q")
+    fresh = keys.new_key("q")
+    QueuedMessage.objects.insert_missing([(key, b"\x81"), (fresh, b"\x82")])
+    assert bytes(QueuedMessage.objects.get(key=key).value) == b"\x80"
+    assert bytes(QueuedMessage.objects.get(key=fresh).value) == b"\x82"
+
+
+def test_these_reads_are_orm_statements_django_sees(django_assert_num_queries) -> None:
+    put("q")
+    with django_assert_num_queries(2):
+        QueuedMessage.objects.tail_key("q")
+        QueuedMessage.objects.count_rows("q")
+
+
+@pytest.mark.skipif("connection.vendor == 'sqlite'", reason="PostgreSQL locks rows")
+def test_a_claim_skips_the_row_another_transaction_holds() -> None:
+    first, second = put("q", "q")
+    held = threading.Event()
+    done = threading.Event()
+
+    def other() -> None:
+        try:
+            with transaction.atomic():
+                got = QueuedMessage.objects.claim("q", after=None, inclusive=True, until=None)
+                assert got is not None and got[0] == first
+                held.set()
+                done.wait(10)
+        finally:
+            from django.db import connections
+
+            connections.close_all()
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    assert held.wait(10)
+    try:
+        with transaction.atomic():
+            got = QueuedMessage.objects.claim("q", after=None, inclusive=True, until=None)
+            assert got == (second, b"\x80")
+            assert (
+                QueuedMessage.objects.claim("q", after=second, inclusive=False, until=None) is None
+            )
+    finally:
+        done.set()
+        thread.join()
+
+
+def test_a_claim_starts_after_a_key_and_stops_at_until() -> None:
+    if connection.vendor == "sqlite":
+        pytest.skip("SELECT ... FOR UPDATE needs a database that locks rows")
+    first, second, third = put("q", "q", "q")
+    with transaction.atomic():
+        assert QueuedMessage.objects.claim("q", after=first, inclusive=True, until=None)[0] == first
+        assert (
+            QueuedMessage.objects.claim("q", after=first, inclusive=False, until=None)[0] == second
+        )
+        assert QueuedMessage.objects.claim("q", after=second, inclusive=False, until=second) is None
