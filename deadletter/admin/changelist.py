@@ -20,7 +20,8 @@ from django.utils.safestring import SafeString
 
 from deadletter.admin import table
 from deadletter.models import QueuedMessage
-from deadletter.reports import inspection
+from deadletter.queue import queue_names
+from deadletter.reports import overview
 from deadletter.wire import keys
 
 AFTER = "after"
@@ -35,7 +36,7 @@ class QueueFilter(admin.SimpleListFilter):
     parameter_name = "queue"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [(name, name) for name in inspection.queue_names()]
+        return [(name, name) for name in queue_names()]
 
     def queryset(
         self, request: HttpRequest, queryset: QuerySet[QueuedMessage]
@@ -59,7 +60,7 @@ class CauseFilter(admin.SimpleListFilter):
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
         """The first signatures alphabetically (the overview counts them per queue);
         one seek each, never a count."""
-        listed = inspection.signatures(MAX_CAUSES_LISTED)
+        listed = overview.signatures(MAX_CAUSES_LISTED)
         chosen = self.value()
         if chosen and chosen not in listed:
             listed.append(chosen)

@@ -24,7 +24,8 @@ from django.urls import reverse
 from deadletter import drain, queue
 from deadletter.admin import rows
 from deadletter.conf import conf
-from deadletter.reports import inspection
+from deadletter.queue import browse, queue_names
+from deadletter.reports import overview, summaries
 from deadletter.store import counters, sql
 from deadletter.wire import keys
 
@@ -56,7 +57,7 @@ class PurgeForm(forms.Form):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        names = inspection.queue_names()
+        names = queue_names()
         field: Any = self.fields["queue"]
         field.choices = [("", "all queues")] + [(n, n) for n in names]
 
@@ -75,11 +76,9 @@ def _context(model_admin: QueuedMessageAdmin, request: HttpRequest, **extra: Any
 def overview_page(model_admin: QueuedMessageAdmin, request: HttpRequest) -> HttpResponse:
     if not model_admin.has_view_permission(request):
         raise PermissionDenied
-    from deadletter.reports.stats import DEFAULT_HORIZON
-
     now = rows.now()
-    horizon = conf.EXPIRY_WARNING or DEFAULT_HORIZON
-    queues = inspection.overview(now=now, horizon=horizon)
+    horizon = summaries.horizon_or_default(None)
+    queues = overview.overview(now=now, horizon=horizon)
     dropped = counters.drop_counts(sql.connection(), [q.name for q in queues])
     listed = [
         {
@@ -101,8 +100,8 @@ def overview_page(model_admin: QueuedMessageAdmin, request: HttpRequest) -> Http
         queues=listed,
         max_age=rows.duration(conf.MAX_QUEUE_AGE),
         horizon=rows.duration(horizon),
-        count_cap=f"{inspection.COUNT_CAP:,}",
-        max_causes=inspection.MAX_CAUSES,
+        count_cap=f"{overview.COUNT_CAP:,}",
+        max_causes=overview.MAX_CAUSES,
     )
     return TemplateResponse(request, "admin/deadletter/queuedmessage/overview.html", context)
 
@@ -160,7 +159,7 @@ def purge_page(model_admin: QueuedMessageAdmin, request: HttpRequest) -> HttpRes
     form = PurgeForm(request.POST if request.method == "POST" else None)
     if request.method == "POST" and form.is_valid():
         chosen = form.cleaned_data["queue"]
-        names = [chosen] if chosen else inspection.queue_names()
+        names = [chosen] if chosen else queue_names()
         purged, finished = purge_expired(names)
         text = f"Purged {purged} expired message(s)."
         if not finished:
@@ -190,7 +189,7 @@ def purge_expired(names: list[str]) -> tuple[int, bool]:
             continue
         after: bytes | None = None
         while True:
-            found = inspection.expired_keys(name, after=after, limit=PURGE_CHUNK)
+            found = browse.expired_keys(name, after=after, limit=PURGE_CHUNK)
             for key in found:
                 if time.monotonic() >= deadline:
                     return purged, False
@@ -203,4 +202,4 @@ def purge_expired(names: list[str]) -> tuple[int, bool]:
 
 
 def _exists(key: bytes) -> bool:
-    return inspection.get_row(key) is not None
+    return browse.get_row(key) is not None

@@ -24,8 +24,8 @@ from deadletter.conf import conf
 from deadletter.drain import ATTEMPTS_KEY, LAST_ERROR_KEY
 from deadletter.models import QueuedMessage
 from deadletter.queue import age as age_rule
+from deadletter.queue import browse
 from deadletter.queue.rows import attempts_of
-from deadletter.reports import inspection
 from deadletter.wire import codec, keys
 from deadletter.wire.gotime import GoOnlyTime, GoTime
 from deadletter.wire.messages import Message
@@ -48,11 +48,11 @@ _YEAR_NS = 31_556_952 * _NS  # the Gregorian calendar's mean year
 
 def messages_of(obj: QueuedMessage) -> list[Message] | None:
     """The row's messages, decoded once per request; None for a row that does not
-    decode or is too large to decode (`inspection.is_too_large`)."""
+    decode or is too large to decode (`browse.is_too_large`)."""
     if not hasattr(obj, "_decoded"):
         value = bytes(obj.value or b"")
         decoded: list[Message] | None = None
-        if not inspection.is_too_large(bytes(obj.key), len(value)):
+        if not browse.is_too_large(bytes(obj.key), len(value)):
             with contextlib.suppress(codec.CodecError):
                 decoded = codec.decode(value)
         obj._decoded = decoded  # type: ignore[attr-defined]
@@ -271,7 +271,7 @@ def message_rows(msg: Message) -> Iterable[tuple[str, Any]]:
 def messages_html(obj: QueuedMessage) -> SafeString:
     msgs = messages_of(obj)
     size = len(obj.value or b"")
-    if msgs is None and inspection.is_too_large(bytes(obj.key), size):
+    if msgs is None and browse.is_too_large(bytes(obj.key), size):
         return format_html(
             '<p class="errornote">too large to show: {} bytes, over DEADLETTER_MAX_ROW_BYTES '
             "({}). Fetch and the drain leave it undecoded; delete it here, or raise the "

@@ -9,7 +9,7 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from deadletter.wire import jsonvalues, keys
+from deadletter.wire import gotime, jsonvalues, keys
 from deadletter.wire.gotime import GoTime
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
@@ -132,9 +132,7 @@ def format_time(value: Any) -> str:
     try:
         return str(value.format())
     except (ValueError, OverflowError):
-        from deadletter.reports.summaries import epoch_ns
-
-        return format_unix_ns(epoch_ns(value))
+        return format_unix_ns(gotime.epoch_ns(value))
 
 
 def format_unix_ns(ns: int) -> str:

@@ -23,7 +23,7 @@ from deadletter.api.fields import (
 )
 from deadletter.conf import conf
 from deadletter.queue import age, seals
-from deadletter.reports.inspection import Row
+from deadletter.queue.browse import Row
 from deadletter.reports.summaries import QueueStatus
 from deadletter.wire import codec, keys
 from deadletter.wire.messages import Message

@@ -1,4 +1,4 @@
-"""The queue's endpoints: thin edges over `summaries` and `inspection` (reads),
+"""The queue's endpoints: thin edges over `reports.summaries` and `queue.browse` (reads),
 `queue.store_failed_msgs` (park) and `queue.remove_msg` (delete)."""
 
 from __future__ import annotations
@@ -35,7 +35,8 @@ from deadletter.api.serializers import (
     QueueSerializer,
     RowSerializer,
 )
-from deadletter.reports import inspection, summaries
+from deadletter.queue import browse
+from deadletter.reports import summaries
 from deadletter.wire import keys
 
 NAME = OpenApiParameter(
@@ -114,7 +115,7 @@ class MessageList(DeadletterView):
         if after is not None and not low <= after < high:
             raise ValidationError({"after": ["The key does not belong to this queue."]})
         # One row more than asked tells whether there is a next page.
-        rows = inspection.page_rows(name, after=after, limit=limit + 1)
+        rows = browse.page_rows(name, after=after, limit=limit + 1)
         next_url = None
         if len(rows) > limit:
             rows = rows[:limit]
@@ -156,7 +157,7 @@ class MessageDetail(DeadletterView):
         responses={200: RowSerializer, 400: BAD, 404: ErrorSerializer, **REFUSALS},
     )
     def get(self, request: Request, key: str) -> Response:
-        row = inspection.get_row(_key(key))
+        row = browse.get_row(_key(key))
         if row is None:
             raise NotFound("No row with that key.")
         return Response(RowSerializer(row).data)

@@ -15,7 +15,7 @@ import time
 from datetime import timedelta
 
 from deadletter.conf import conf
-from deadletter.wire.gotime import GoOnlyTime, GoTime
+from deadletter.wire.gotime import GoOnlyTime, GoTime, duration_ns
 
 __all__ = [
     "MAX_CLOCK_SKEW",
@@ -34,8 +34,7 @@ MAX_CLOCK_SKEW_NS = int(MAX_CLOCK_SKEW.total_seconds()) * 1_000_000_000
 
 def max_age_ns() -> int:
     """`DEADLETTER_MAX_QUEUE_AGE` in nanoseconds."""
-    age = conf.MAX_QUEUE_AGE
-    return (age.days * 86_400 + age.seconds) * 1_000_000_000 + age.microseconds * 1_000
+    return duration_ns(conf.MAX_QUEUE_AGE)
 
 
 def cutoff_ns(now_ns: int | None = None, max_age: int | None = None) -> int:

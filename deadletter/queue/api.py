@@ -22,7 +22,6 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from deadletter import signals
 from deadletter.conf import conf
 from deadletter.queue import age
-from deadletter.queue.legacy import iter_queue_heads
 from deadletter.queue.rows import (
     REREAD,
     REREAD_LIMIT,
@@ -34,7 +33,7 @@ from deadletter.queue.rows import (
     insert_value,
     process_row,
 )
-from deadletter.store import detached, sql
+from deadletter.store import detached, scans, sql
 from deadletter.wire import codec, keys
 from deadletter.wire.gotime import GoTime
 from deadletter.wire.messages import Message
@@ -286,10 +285,11 @@ def page_sql(connection: BaseDatabaseWrapper, inclusive: bool, batch_size: int) 
 
 
 def queue_names() -> list[str]:
-    """The name of every queue that holds a row, in key order: one index seek a queue."""
+    """The name of every queue that holds a row, in key order (one statement);
+    an empty list, logged, when the database cannot be read."""
     connection = sql.connection()
     try:
-        heads = list(iter_queue_heads(connection, sql.table()))
+        heads = scans.queue_heads(connection)
     except DatabaseError:
         logger.exception("listing queues failed")
         return []

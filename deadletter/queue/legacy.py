@@ -19,7 +19,7 @@ from django.db import transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from deadletter.queue import age
-from deadletter.store import sql
+from deadletter.store import scans, sql
 from deadletter.store.counters import record_drop
 from deadletter.wire import codec, keys
 from deadletter.wire.gotime import GoTime
@@ -28,7 +28,6 @@ from deadletter.wire.messages import Message
 __all__ = [
     "fold_all_queues",
     "fold_queue_rows",
-    "iter_queue_heads",
     "legacy_message_rows",
     "split_legacy_row",
     "split_legacy_rows",
@@ -284,26 +283,6 @@ def _batches(rows: Iterator[T], size: int) -> Iterator[list[T]]:
         yield batch
 
 
-def iter_queue_heads(connection: BaseDatabaseWrapper, table: str) -> Iterator[bytes]:
-    """The lowest key of every queue in `table`: a legacy key when the queue has an aggregate.
-
-    A loose index scan: after a queue's first key it jumps past the queue's
-    whole range `[name, name 0x01)`, so finding the legacy rows of a table of
-    millions of rows costs one indexed lookup per queue, not a full scan.
-    """
-    query = f"SELECT key FROM {sql.quoted(connection, table)} WHERE key >= %s ORDER BY key LIMIT 1"
-    after = b""
-    while True:
-        with connection.cursor() as cursor:
-            cursor.execute(query, (after,))
-            row = cursor.fetchone()
-        if row is None:
-            return
-        key = bytes(row[0])
-        yield key
-        after = key.partition(keys.SEPARATOR)[0] + b"\x01"
-
-
 def split_legacy_rows(connection: BaseDatabaseWrapper, table: str) -> tuple[int, int]:
     """Split every legacy aggregate row of `table`; returns (aggregates split, rows stored).
 
@@ -318,7 +297,7 @@ def split_legacy_rows(connection: BaseDatabaseWrapper, table: str) -> tuple[int,
     """
     quoted = sql.quoted(connection, table)
     split = stored = 0
-    for head in iter_queue_heads(connection, table):
+    for head in scans.queue_heads(connection, table):
         if not keys.is_legacy_key(head):
             continue
         queue = keys.queue_of(head)
@@ -416,7 +395,7 @@ class _Unfoldable(Exception):
 def fold_all_queues(connection: BaseDatabaseWrapper, table: str) -> tuple[int, int]:
     """`fold_queue_rows` for every queue of `table`; returns (queues folded, messages)."""
     folded = messages = 0
-    for head in iter_queue_heads(connection, table):
+    for head in scans.queue_heads(connection, table):
         name = head.partition(keys.SEPARATOR)[0]
         try:
             keys.encode_queue_name(name.decode("utf-8"))

@@ -24,7 +24,7 @@ from deadletter.reports import summaries
 from deadletter.reports.stats import expiring_rows
 from deadletter.store import sql
 from deadletter.store.counters import WARNING_TABLE
-from deadletter.wire import keys
+from deadletter.wire import gotime, keys
 
 __all__ = ["warn_expiring"]
 
@@ -42,7 +42,7 @@ def warn_expiring(queues: Iterable[str] | None = None, *, now_ns: int | None = N
         return 0
     now = time.time_ns() if now_ns is None else now_ns
     max_age = conf.MAX_QUEUE_AGE
-    threshold = now - _ns(max_age) + _ns(horizon)
+    threshold = now - gotime.duration_ns(max_age) + gotime.duration_ns(horizon)
     connection = sql.connection()
     names = list(queues) if queues is not None else [s.name for s in summaries.queue_statuses()]
     table = sql.quoted(connection, WARNING_TABLE)
@@ -60,7 +60,9 @@ def warn_expiring(queues: Iterable[str] | None = None, *, now_ns: int | None = N
                 )
                 if cursor.rowcount != 1:
                     continue
-                expires_at = _moment(summaries.epoch_ns(msg.queued_at) + _ns(max_age))
+                expires_at = gotime.utc_datetime(
+                    gotime.epoch_ns(msg.queued_at) + gotime.duration_ns(max_age)
+                )
                 logger.warning(
                     "message about to expire queue=%s key=%s queued_at=%s expires_at=%s",
                     name,
@@ -90,18 +92,3 @@ def _forget_gone(connection: sql.BaseDatabaseWrapper) -> None:
             f"DELETE FROM {warnings} WHERE NOT EXISTS "
             f"(SELECT 1 FROM {queue_table} q WHERE q.key = {warnings}.key)"
         )
-
-
-_EARLIEST_US = (datetime.min.replace(tzinfo=UTC) - _EPOCH) // timedelta(microseconds=1)
-_LATEST_US = (datetime.max.replace(tzinfo=UTC) - _EPOCH) // timedelta(microseconds=1)
-
-
-def _moment(unix_ns: int) -> datetime:
-    """An instant as an aware datetime, held to datetime's years 1 to 9999: a
-    first failure in year 0 (Go can write one) expired before datetime's first day."""
-    micro = min(max(unix_ns // 1000, _EARLIEST_US), _LATEST_US)
-    return _EPOCH + timedelta(microseconds=micro)
-
-
-def _ns(delta: timedelta) -> int:
-    return (delta.days * 86_400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1000

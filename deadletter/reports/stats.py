@@ -1,11 +1,12 @@
 """Every queue's figures for operators, from one function: `collect`.
 
-The command (`deadletter_stats`), the Prometheus endpoint (`metrics`), the
-REST API's queue list and the admin overview all show what this returns, so
-they agree. What each figure costs:
+The command (`deadletter_stats`) and the Prometheus endpoint (`metrics`) show
+what this returns; it is built on `summaries`, as the REST API's queue list
+is, and reads heads and horizons as the admin's overview does, so they agree.
+What each figure costs:
 
-* depth and the head: `summaries` (key-range counts on the primary-key index,
-  the oldest key by one index seek, only the head row decoded);
+* depth and the head: `summaries.QueueStatus` (key-range counts on the
+  primary-key index, the oldest key by one index seek, only the head row decoded);
 * expiring within a horizon: rows are read from the head in key order while
   their key (enqueue) time is before `now - max age + horizon`, at most
   `EXPIRING_SCAN_LIMIT` of them, and a message counts when its `QueuedAt` is
@@ -17,7 +18,7 @@ they agree. What each figure costs:
 * attempts histogram: the oldest `ATTEMPTS_SAMPLE` rows of each queue (the
   ones retried longest), or every row when `attempts_sample` is None, a full
   scan at the decode rate (about 300,000 rows a second);
-* drops: the persistent counters of `counters.DropCount`.
+* drops: the persistent counters of `models.DropCount`.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Iterable, Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -35,7 +36,7 @@ from deadletter.queue.rows import attempts_of
 from deadletter.reports import summaries
 from deadletter.store import sql
 from deadletter.store.counters import DROP_REASONS, drop_counts
-from deadletter.wire import codec, keys
+from deadletter.wire import codec, gotime, keys
 from deadletter.wire.messages import Message
 
 __all__ = [
@@ -46,7 +47,6 @@ __all__ = [
     "expiring_rows",
 ]
 
-DEFAULT_HORIZON = timedelta(days=1)
 EXPIRING_SCAN_LIMIT = 100_000
 ATTEMPTS_SAMPLE = 10_000
 # Upper bounds of the attempts histogram's buckets; the last bucket is open.
@@ -130,7 +130,7 @@ def collect(
     `attempts_sample` None reads every row for the histogram. `ValueError` for
     an invalid queue name; `DatabaseError` when the database cannot be read."""
     now = time.time_ns() if now_ns is None else now_ns
-    horizon = horizon if horizon is not None else (conf.EXPIRY_WARNING or DEFAULT_HORIZON)
+    horizon = summaries.horizon_or_default(horizon)
     max_age = conf.MAX_QUEUE_AGE
     connection = sql.connection()
     if queues is None:
@@ -143,12 +143,12 @@ def collect(
         names = list(dict.fromkeys(queues))
         statuses = [summaries.queue_status(n) for n in names]
         dropped = drop_counts(connection, names)
-    threshold = now - _ns(max_age) + _ns(horizon)
+    threshold = now - gotime.duration_ns(max_age) + gotime.duration_ns(horizon)
     result = [
         _queue_stats(connection, s, dropped.get(s.name), now, threshold, attempts_sample)
         for s in statuses
     ]
-    return Stats(result, _totals(result), _datetime(now), horizon, max_age)
+    return Stats(result, _totals(result), gotime.utc_datetime(now), horizon, max_age)
 
 
 def expiring_rows(
@@ -169,7 +169,7 @@ def expiring_rows(
             yield key, None
             return
         for msg in _decode(value):
-            if msg.queued_at is not None and summaries.epoch_ns(msg.queued_at) < threshold_ns:
+            if msg.queued_at is not None and gotime.epoch_ns(msg.queued_at) < threshold_ns:
                 yield key, msg
 
 
@@ -194,10 +194,10 @@ def _queue_stats(
     return QueueStats(
         name=status.name,
         depth=status.depth,
-        oldest_enqueued_at=_datetime(enqueued) if enqueued is not None else None,
+        oldest_enqueued_at=gotime.utc_datetime(enqueued) if enqueued is not None else None,
         oldest_enqueued_age=(now - enqueued) / 1e9 if enqueued is not None else None,
         oldest_queued_at=queued,
-        oldest_failure_age=(now - summaries.epoch_ns(queued)) / 1e9 if queued is not None else None,
+        oldest_failure_age=(now - gotime.epoch_ns(queued)) / 1e9 if queued is not None else None,
         expiring=expiring,
         expiring_complete=complete,
         attempts=attempts,
@@ -255,7 +255,7 @@ def _totals(queues: list[QueueStats]) -> QueueStats:
         oldest_enqueued_age=largest(q.oldest_enqueued_age for q in queues),
         oldest_queued_at=min(
             (q.oldest_queued_at for q in queues if q.oldest_queued_at is not None),
-            key=summaries.epoch_ns,
+            key=gotime.epoch_ns,
             default=None,
         ),
         oldest_failure_age=largest(q.oldest_failure_age for q in queues),
@@ -272,17 +272,6 @@ def _decode(value: bytes) -> list[Message]:
         return codec.decode(value)
     except codec.CodecError:
         return []
-
-
-def _ns(delta: timedelta) -> int:
-    return (delta.days * 86_400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1000
-
-
-def _datetime(unix_ns: int) -> datetime:
-    return _EPOCH + timedelta(microseconds=unix_ns // 1000)
-
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def _iso(moment: datetime | None) -> str | None:

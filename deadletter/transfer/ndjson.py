@@ -43,9 +43,8 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 
 from deadletter.conf import conf
 from deadletter.exceptions import DeadletterError
-from deadletter.queue import age
-from deadletter.reports import inspection, summaries
-from deadletter.store import sql
+from deadletter.queue import age, browse
+from deadletter.store import scans, sql
 from deadletter.wire import codec, keys
 from deadletter.wire.gotime import GoOnlyTime, GoTime
 from deadletter.wire.jsonvalues import from_json, to_json
@@ -95,9 +94,18 @@ class Loaded:
 
 
 def _queue_names(queues: Iterable[str] | None) -> list[tuple[str, int]]:
-    if queues is None:
-        return [(s.name, s.depth) for s in summaries.queue_statuses()]
-    return [(name, summaries.queue_status(name).depth) for name in dict.fromkeys(queues)]
+    """Each queue to dump with its depth (key-range counts): every queue that holds
+    a row when `queues` is None; `ValueError` for an invalid name."""
+    connection = sql.connection()
+    with scans.snapshot(connection):
+        if queues is None:
+            prefixes = [scans.prefix_of(head) for head in scans.queue_heads(connection)]
+            depths = scans.depths(connection, prefixes)
+        else:
+            prefixes = [keys.encode_queue_name(name) for name in dict.fromkeys(queues)]
+            depths = [scans.count_range(connection, p, p + b"\x01") for p in prefixes]
+    names = [p.decode("utf-8", errors="replace") for p in prefixes]
+    return list(zip(names, depths, strict=True))
 
 
 def dump_total(queues: Iterable[str] | None = None) -> int:
@@ -281,7 +289,7 @@ def _rows(lines: Iterable[str]) -> Iterator[tuple[int, bytes, bytes]]:
             raise LoadError(f"line {number}: {exc}") from None
         except RecursionError:
             raise LoadError(f"line {number}: nested too deeply to read") from None
-        if inspection.is_too_large(key, len(value)):
+        if browse.is_too_large(key, len(value)):
             raise LoadError(
                 f"line {number}: the row is {len(value):,} bytes, over DEADLETTER_MAX_ROW_BYTES "
                 f"({conf.MAX_ROW_BYTES:,}), which the queue never hands over"

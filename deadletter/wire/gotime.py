@@ -16,7 +16,7 @@ import time
 from datetime import UTC, datetime, timedelta, timezone, tzinfo
 from typing import Any
 
-__all__ = ["GoOnlyTime", "GoTime"]
+__all__ = ["GoOnlyTime", "GoTime", "duration_ns", "epoch_ns", "utc_datetime"]
 
 _NS = 1_000_000_000
 _DAY = 86_400
@@ -616,3 +616,29 @@ def _civil_from_days(days: int) -> tuple[int, int, int]:
     month = shifted_month + 3 if shifted_month < 10 else shifted_month - 9
     year = year_of_era + era * 400 + (month <= 2)
     return year, month, day
+
+
+def epoch_ns(moment: datetime | GoOnlyTime) -> int:
+    """Nanoseconds since the Unix epoch of a message time (GoTime, GoOnlyTime or an
+    aware datetime), exact: no float on the way."""
+    unix_ns = getattr(moment, "unix_ns", None)
+    if isinstance(unix_ns, int):
+        return unix_ns
+    assert isinstance(moment, datetime)
+    return duration_ns(moment - _EPOCH)
+
+
+def duration_ns(delta: timedelta) -> int:
+    """A timedelta in nanoseconds, exact."""
+    return (delta.days * _DAY + delta.seconds) * _NS + delta.microseconds * 1000
+
+
+def utc_datetime(unix_ns: int) -> datetime:
+    """The aware UTC datetime of nanoseconds since the epoch, to the microsecond,
+    held to datetime's years 1 to 9999 (Go can write a year 0 or 10000)."""
+    micro = min(max(unix_ns // 1000, _EARLIEST_US), _LATEST_US)
+    return _EPOCH + timedelta(microseconds=micro)
+
+
+_EARLIEST_US = (datetime.min.replace(tzinfo=UTC) - _EPOCH) // timedelta(microseconds=1)
+_LATEST_US = (datetime.max.replace(tzinfo=UTC) - _EPOCH) // timedelta(microseconds=1)

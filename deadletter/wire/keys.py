@@ -11,8 +11,10 @@ import os
 import secrets
 import threading
 import time
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import NamedTuple
+
+from deadletter.wire import gotime
 
 __all__ = [
     "MAX_QUEUE_NAME_BYTES",
@@ -192,10 +194,10 @@ def from_text(text: str) -> bytes:
 
 
 def written_at(key: bytes) -> datetime | None:
-    """When a per-message row was written, from its key; None for a legacy or
-    malformed key."""
+    """When a per-message row was written, from its key, to the microsecond; None
+    for a legacy or malformed key."""
     try:
         parsed = parse_key(key)
     except ValueError:
         return None
-    return datetime.fromtimestamp(parsed.time_ns / 1e9, tz=UTC)
+    return gotime.utc_datetime(parsed.time_ns)

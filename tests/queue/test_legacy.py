@@ -16,7 +16,7 @@ from deadletter.queue import (
     legacy,
     store_failed_msgs,
 )
-from deadletter.store import sql
+from deadletter.store import scans, sql
 from deadletter.wire import codec, keys
 from deadletter.wire.gotime import GoTime
 from deadletter.wire.messages import Message
@@ -52,7 +52,7 @@ def test_queue_heads_find_every_queue_and_its_legacy_row() -> None:
     QueuedMessage.objects.create(key=b"b", value=aggregate("x"))
     for name in ("a", "b", "c"):
         QueuedMessage.objects.create(key=keys.new_key(name), value=aggregate(name))
-    heads = list(legacy.iter_queue_heads(connection, TABLE))
+    heads = list(scans.queue_heads(connection, TABLE))
     assert [keys.queue_of(h) for h in heads] == ["a", "b", "c"]
     assert heads[1] == b"b"
 

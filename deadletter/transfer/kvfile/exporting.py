@@ -17,8 +17,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 
 from deadletter.conf import conf
 from deadletter.models import QueuedMessage
-from deadletter.queue import legacy
-from deadletter.store import sql
+from deadletter.store import scans, sql
 from deadletter.transfer.kvcheck import (
     KvFileError,
     check_kv_table,
@@ -43,7 +42,6 @@ from deadletter.transfer.kvfile.rows import (
     time_ns_of,
     valid_name,
 )
-from deadletter.wire import keys
 
 logger = logging.getLogger("deadletter")
 
@@ -204,9 +202,7 @@ def export_kv(
     path = Path(path)
     connection = connections[using or conf.DATABASE]
     table = QueuedMessage._meta.db_table
-    available = [
-        head.partition(keys.SEPARATOR)[0] for head in legacy.iter_queue_heads(connection, table)
-    ]
+    available = [scans.prefix_of(head) for head in scans.queue_heads(connection, table)]
     prefixes = resolve_queues(available, queues, "the queue table")
     report = Report("export", path)
     now_ns = time.time_ns()

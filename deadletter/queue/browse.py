@@ -1,0 +1,94 @@
+"""Read-only views of stored rows for operators (the admin, the REST API, the dump).
+
+Nothing here writes: an operator looking at a queue must not split, stamp
+or drop rows as a side effect (that is the drain's job, through `fetch`).
+Every read is a range of the primary-key index, so it costs the same at a
+thousand rows as at a million.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from deadletter.conf import conf
+from deadletter.queue import age
+from deadletter.store import sql
+from deadletter.wire import codec, keys
+from deadletter.wire.messages import Message
+
+__all__ = ["MAX_PAGE", "Row", "expired_keys", "get_row", "is_too_large", "page_rows"]
+
+MAX_PAGE = 500
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Row:
+    """One stored row as it is: `messages` is None for a row that does not decode
+    and for one over `DEADLETTER_MAX_ROW_BYTES` (`too_large`), which is never decoded."""
+
+    key: bytes
+    messages: list[Message] | None
+    size: int = 0
+    too_large: bool = False
+
+    @property
+    def is_legacy(self) -> bool:
+        return keys.is_legacy_key(self.key)
+
+
+def page_rows(queue: str, *, after: bytes | None = None, limit: int = 50) -> list[Row]:
+    """Up to `limit` rows of `queue` in key order (oldest first), after key `after`."""
+    if not 1 <= limit <= MAX_PAGE:
+        raise ValueError(f"limit must be between 1 and {MAX_PAGE}, got {limit}")
+    low, high = keys.queue_bounds(queue)
+    if after is not None and not low <= after < high:
+        raise ValueError("the 'after' key does not belong to this queue")
+    connection = sql.connection()
+    query = sql.range_sql(connection, sql.table(), after is None, limit)
+    with connection.cursor() as cursor:
+        cursor.execute(query, (low if after is None else after, high))
+        return [_row(bytes(k), v) for k, v in cursor.fetchall()]
+
+
+def get_row(key: bytes) -> Row | None:
+    connection = sql.connection()
+    table = sql.quoted(connection, sql.table())
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT key, value FROM {table} WHERE key = %s", (bytes(key),))
+        found = cursor.fetchone()
+    return _row(bytes(found[0]), found[1]) if found else None
+
+
+def is_too_large(key: bytes, size: int) -> bool:
+    """Whether a row is over `DEADLETTER_MAX_ROW_BYTES`: a message row (legacy
+    aggregates are split a message at a time, whatever their size)."""
+    return keys.NUL in key and size > conf.MAX_ROW_BYTES
+
+
+def _row(key: bytes, value: bytes | memoryview | None) -> Row:
+    data = bytes(value or b"")
+    if is_too_large(key, len(data)):
+        return Row(key, None, len(data), too_large=True)
+    try:
+        return Row(key, codec.decode(data), len(data))
+    except codec.CodecError:
+        return Row(key, None, len(data))
+
+
+def expired_keys(queue: str, *, after: bytes | None = None, limit: int = 500) -> list[bytes]:
+    """Keys of `queue` parked before the age limit's cutoff (their messages have
+    expired), in key order after `after`: what "purge expired" hands to fetch."""
+    cutoff = max(0, age.cutoff_ns())
+    prefix = keys.encode_queue_name(queue)
+    low = after if after is not None else prefix + keys.SEPARATOR
+    high = keys.make_key(prefix, cutoff, 0)
+    connection = sql.connection()
+    table = sql.quoted(connection, sql.table())
+    op = ">" if after is not None else ">="
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT key FROM {table} WHERE key {op} %s AND key < %s "
+            f"ORDER BY key LIMIT {int(limit)}",
+            (low, high),
+        )
+        return [bytes(k) for (k,) in cursor.fetchall()]

@@ -1,0 +1,211 @@
+"""The admin's overview of every queue: depth, head times, expiring and expired
+rows, legacy rows and failures by cause, for all queues in a handful of
+statements.
+
+Every count stops at `COUNT_CAP`, so the page costs the same at a million
+rows as at ten thousand; the head times are read as `reports.summaries` reads
+them, so the overview, the stats and the API agree on a queue's head.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from django.db.backends.base.base import BaseDatabaseWrapper
+
+from deadletter.conf import conf
+from deadletter.queue import queue_names
+from deadletter.reports import summaries
+from deadletter.store import sql
+from deadletter.wire import gotime, keys
+from deadletter.wire.gotime import GoOnlyTime, GoTime
+
+__all__ = [
+    "COUNT_CAP",
+    "MAX_CAUSES",
+    "Cause",
+    "Count",
+    "QueueOverview",
+    "causes_by_queue",
+    "overview",
+    "signatures",
+]
+
+
+def _cursor() -> tuple[BaseDatabaseWrapper, str]:
+    connection = sql.connection()
+    return connection, sql.quoted(connection, sql.table())
+
+
+# Every count the overview shows stops at this many rows (shown as "10,000+"):
+# a COUNT over a key range is linear in the rows it counts, so a capped count
+# keeps the page at the same cost at a million rows as at ten thousand.
+COUNT_CAP = 10_000
+# Distinct failure signatures read (alphabetically) for the overview and the filter.
+MAX_CAUSES = 50
+# Single-row SELECTs joined into one statement by UNION ALL (SQLite allows 500).
+_UNION_CHUNK = 400
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Count:
+    """A capped count: exact when `capped` is False, "at least `rows`" otherwise."""
+
+    rows: int
+    capped: bool = False
+
+    def __str__(self) -> str:
+        return f"{self.rows:,}+" if self.capped else f"{self.rows:,}"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Cause:
+    """Rows of one queue whose last failure has this signature (a capped count)."""
+
+    signature: str
+    rows: Count
+    queue: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class QueueOverview:
+    """One queue as an operator sees it; every figure is a bounded index read and
+    means what `deadletter.reports.stats` means by it (up to `COUNT_CAP`).
+
+    `depth` counts every row of the queue (a legacy aggregate as one row).
+    `oldest_enqueued` is the head key's time and `oldest_failure` the first
+    failure of the head row's messages. `expiring` counts rows parked (by
+    their key's time, which a message's first failure never follows) before
+    `now - max age + horizon`: expired already or expiring within the
+    horizon, as `stats.collect` counts them; `expired` those parked before
+    `now - max age`. A partly delivered remainder, parked again with its
+    older first failure, is counted once its new key is that old.
+    """
+
+    name: str
+    depth: Count
+    oldest_enqueued: datetime | None
+    oldest_failure: GoTime | GoOnlyTime | None
+    expiring: Count
+    expired: Count
+    legacy_rows: int
+    causes: list[Cause]
+
+
+def signatures(limit: int = MAX_CAUSES) -> list[str]:
+    """The first `limit` distinct failure signatures, alphabetically: one seek each
+    on the (signature, key) index, however many rows share a signature."""
+    connection, table = _cursor()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"WITH RECURSIVE s(v) AS (SELECT (SELECT signature FROM {table} "
+            "WHERE signature IS NOT NULL ORDER BY signature LIMIT 1) "
+            f"UNION ALL SELECT (SELECT signature FROM {table} WHERE signature > s.v "
+            "ORDER BY signature LIMIT 1) FROM s WHERE s.v IS NOT NULL) "
+            f"SELECT v FROM s WHERE v IS NOT NULL LIMIT {int(limit)}"
+        )
+        return [v for (v,) in cursor.fetchall()]
+
+
+def _capped_sql(table: str, where: str) -> str:
+    """A COUNT that stops one row past `COUNT_CAP` (so `_count` can tell "more")."""
+    limit = int(COUNT_CAP) + 1
+    return f"(SELECT COUNT(*) FROM (SELECT 1 FROM {table} WHERE {where} LIMIT {limit}) AS c)"
+
+
+def _count(n: Any) -> Count:
+    return Count(min(int(n), COUNT_CAP), int(n) > COUNT_CAP)
+
+
+def _union_rows(cursor: Any, selects: list[tuple[str, list[Any]]]) -> list[tuple[Any, ...]]:
+    """Run single-row SELECTs (column lists) as few UNION ALL statements; rows in order."""
+    found: list[tuple[Any, ...]] = []
+    for start in range(0, len(selects), _UNION_CHUNK):
+        chunk = selects[start : start + _UNION_CHUNK]
+        statement = " UNION ALL ".join(
+            f"SELECT {start + i} AS i, {columns}" for i, (columns, _) in enumerate(chunk)
+        )
+        params = [p for _, ps in chunk for p in ps]
+        cursor.execute(f"SELECT * FROM ({statement}) AS u ORDER BY i", params)
+        found += [tuple(row[1:]) for row in cursor.fetchall()]
+    return found
+
+
+def causes_by_queue(names: list[str]) -> dict[str, list[Cause]]:
+    """Per queue, its rows per failure signature (most first), each a capped count
+    of one range of the (signature, key) index; rows are never decoded."""
+    sigs = signatures()
+    if not sigs or not names:
+        return {}
+    connection, table = _cursor()
+    where = "signature = %s AND key >= %s AND key < %s"
+    pairs = [(name, sig) for name in names for sig in sigs]
+    selects = [
+        (_capped_sql(table, where), [sig, *keys.message_bounds(name)]) for name, sig in pairs
+    ]
+    with connection.cursor() as cursor:
+        counts = _union_rows(cursor, selects)
+    grouped: dict[str, list[Cause]] = {}
+    for (name, sig), (n,) in zip(pairs, counts, strict=True):
+        if n:
+            grouped.setdefault(name, []).append(Cause(sig, _count(n), name))
+    for listed in grouped.values():
+        listed.sort(key=lambda c: (-c.rows.rows, c.signature))
+    return grouped
+
+
+def overview(
+    *, now: datetime | None = None, horizon: timedelta | None = None
+) -> list[QueueOverview]:
+    """Every queue at a glance, in key order: a handful of statements in all, each
+    figure a capped key-range count or one seek (see `QueueOverview`)."""
+    now = now or datetime.now(UTC)
+    horizon = summaries.horizon_or_default(horizon)
+    expired_before = max(0, gotime.epoch_ns(now - conf.MAX_QUEUE_AGE))
+    expiring_before = max(0, gotime.epoch_ns(now - conf.MAX_QUEUE_AGE + horizon))
+    names = queue_names()
+    connection, table = _cursor()
+    in_range = "key >= %s AND key < %s"
+    head = f"FROM {table} WHERE {in_range} ORDER BY key LIMIT 1"
+    columns = ", ".join(
+        [
+            _capped_sql(table, in_range),
+            _capped_sql(table, in_range),
+            _capped_sql(table, in_range),
+            f"(SELECT COUNT(*) FROM {table} WHERE key = %s)",
+            f"(SELECT key {head})",
+            f"(SELECT value {head})",
+        ]
+    )
+    selects = []
+    for name in names:
+        prefix = keys.encode_queue_name(name)
+        low, high = keys.message_bounds(name)
+        params = [prefix, high]
+        params += [low, _key_before(prefix, expiring_before)]
+        params += [low, _key_before(prefix, expired_before)]
+        params += [prefix, low, high, low, high]
+        selects.append((columns, params))
+    with connection.cursor() as cursor:
+        found = _union_rows(cursor, selects)
+    by_queue = causes_by_queue(names)
+    return [
+        QueueOverview(
+            name=name,
+            depth=_count(depth),
+            oldest_enqueued=keys.written_at(bytes(key)) if key is not None else None,
+            oldest_failure=summaries.first_failure(value),
+            expiring=_count(expiring),
+            expired=_count(expired),
+            legacy_rows=int(legacy),
+            causes=by_queue.get(name, []),
+        )
+        for name, (depth, expiring, expired, legacy, key, value) in zip(names, found, strict=True)
+    ]
+
+
+def _key_before(prefix: bytes, before_ns: int) -> bytes:
+    """The lowest key of `prefix` written at `before_ns`: rows below it were written before."""
+    return keys.make_key(prefix, max(0, min(before_ns, (1 << 64) - 1)), 0)
