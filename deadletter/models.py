@@ -36,8 +36,8 @@ class HexKey(bytes):
 class HexKeyField(models.BinaryField):
     """A `BinaryField` whose text form is lowercase hex (`keys.to_text`), both ways.
 
-    Any even-length hex is a key here, however long: a row the Go program or
-    an older release wrote with an unusual key must still open and delete.
+    Text is read by `keys.from_text`, up to its generous limit: a row the Go
+    program or an older release wrote with an unusual key must still open and delete.
     """
 
     def from_db_value(self, value: Any, expression: Any, connection: Any) -> HexKey | None:
@@ -46,7 +46,7 @@ class HexKeyField(models.BinaryField):
     def to_python(self, value: Any) -> Any:
         if isinstance(value, str):
             try:
-                return HexKey(_from_hex(value))
+                return HexKey(keys.from_text(value))
             except ValueError as exc:
                 raise ValidationError(str(exc), code="invalid") from exc
         if isinstance(value, bytes | bytearray | memoryview):
@@ -56,7 +56,7 @@ class HexKeyField(models.BinaryField):
     def get_prep_value(self, value: Any) -> Any:
         value = super().get_prep_value(value)
         if isinstance(value, str):
-            return _from_hex(value)
+            return keys.from_text(value)
         if isinstance(value, bytearray | memoryview):
             return bytes(value)
         return value
@@ -64,13 +64,6 @@ class HexKeyField(models.BinaryField):
     def value_to_string(self, obj: models.Model) -> str:
         value = self.value_from_object(obj)
         return "" if value is None else bytes(value).hex()  # type: ignore[call-overload]
-
-
-def _from_hex(text: str) -> bytes:
-    """Hex to bytes; a `ValueError` naming the text for anything else."""
-    if len(text) % 2 or not all(c in "0123456789abcdefABCDEF" for c in text):
-        raise ValueError(f"not a key in hex: {text[:80]!r}")
-    return bytes.fromhex(text)
 
 
 class QueuedMessageQuerySet(models.QuerySet["QueuedMessage"]):

@@ -78,13 +78,9 @@ def _key_param(request: HttpRequest, name: str) -> bytes | None:
     if text is None:
         return None
     try:
-        return bytes.fromhex(text) if text and len(text) % 2 == 0 else _bad(name)
+        return keys.from_text(text)
     except ValueError:
-        return _bad(name)
-
-
-def _bad(name: str) -> bytes:
-    raise IncorrectLookupParameters(f"{name} is not a key in hex")
+        raise IncorrectLookupParameters(f"{name} is not a key in hex") from None
 
 
 class KeysetChangeList(ChangeList):

@@ -184,13 +184,20 @@ MAX_ADDRESSABLE_KEY_BYTES = 4096
 
 
 def from_text(text: str) -> bytes:
-    """Parse `to_text`; a `ValueError` for anything that is not a key's hex."""
-    if not text or len(text) % 2 or len(text) > 2 * MAX_ADDRESSABLE_KEY_BYTES:
-        raise ValueError(f"not a key: {text[:80]!r}")
-    try:
-        return bytes.fromhex(text)
-    except ValueError as exc:
-        raise ValueError(f"not a key: {text[:80]!r}") from exc
+    """Parse `to_text` (either case, nothing else: no spaces, no prefix); the one
+    reader of a key's text, for URLs, forms, lookups and files alike. A
+    `ValueError` for anything that is not a key's hex."""
+    if (
+        not text
+        or len(text) % 2
+        or len(text) > 2 * MAX_ADDRESSABLE_KEY_BYTES
+        or not _HEX_DIGITS.issuperset(text)
+    ):
+        raise ValueError(f"not a key in hex: {text[:80]!r}")
+    return bytes.fromhex(text)
+
+
+_HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
 
 
 def written_at(key: bytes) -> datetime | None:
