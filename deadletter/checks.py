@@ -9,7 +9,6 @@ from datetime import timedelta
 from typing import Any
 
 from django.apps import AppConfig
-from django.conf import settings
 from django.core import checks
 from django.urls import URLResolver
 
@@ -238,9 +237,9 @@ def check_time_limits(
         check_id="deadletter.E010",
     )
     for name in ("ADMIN_TIME_BUDGET", "API_TIME_BUDGET"):
-        value = getattr(settings, f"DEADLETTER_{name}", _UNSET)
+        value = conf.raw(name)
         seconds = seconds_of(value)
-        if value is not _UNSET and (seconds is None or seconds < 0):
+        if seconds is None or seconds < 0:
             errors.append(
                 checks.Error(
                     f"DEADLETTER_{name} must be a number of seconds of at least 0, got {value!r}.",
@@ -249,9 +248,6 @@ def check_time_limits(
                 )
             )
     return errors
-
-
-_UNSET = object()
 
 
 def register() -> None:

@@ -1,11 +1,11 @@
-"""Every `DEADLETTER_*` setting, read once and read again when a test overrides it.
+"""Every `DEADLETTER_*` setting, read once and read again when Django says it changed.
 
-The store path asks for the queue's database alias on every call: looking it
-up in Django's lazy settings each time cost a fifth of a store. Values are
-cached for the settings object in place and forgotten when another takes its
-place, as every `override_settings` (and pytest-django's `settings` fixture)
-does; settings changed in place at run time, which Django does not support,
-are not seen.
+The store path asks for the queue's database alias on every call, so values
+are cached, as django-debug-toolbar caches its config: until Django's
+`setting_changed` signal names the setting, which `override_settings` and
+pytest-django's `settings` fixture send for every setting they set. Deleting
+a setting sends no signal in Django; a test that deletes one sends
+`setting_changed` itself (or sets the default instead).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
+from django.core.signals import setting_changed
 from django.db import DEFAULT_DB_ALIAS
 
 DEFAULT_MAX_QUEUE_AGE = timedelta(days=30)
@@ -35,26 +36,32 @@ _DEFAULTS: dict[str, Any] = {
     "MAX_MESSAGE_BYTES": 2**20,
     "CAPTURE_TASKS": False,
 }
+_PREFIX = "DEADLETTER_"
 _cache: dict[str, Any] = {}
-_cached_from: list[Any] = [None]
-# The lazy settings object's own attribute dict: `_wrapped` is swapped in it by
-# every override, and a plain dict look-up costs less than the lazy object's.
-_lazy_settings: dict[str, Any] = settings.__dict__
 
 
 def _read(name: str) -> Any:
-    source = _lazy_settings["_wrapped"]
-    if source is not _cached_from[0]:
-        _cache.clear()
-        _cached_from[0] = source
     try:
         return _cache[name]
     except KeyError:
-        value = _cache[name] = getattr(settings, f"DEADLETTER_{name}", _DEFAULTS[name])
+        value = _cache[name] = getattr(settings, _PREFIX + name, _DEFAULTS[name])
         return value
 
 
+def _forget(*, setting: str, **kwargs: Any) -> None:
+    if setting.startswith(_PREFIX):
+        _cache.pop(setting.removeprefix(_PREFIX), None)
+
+
+setting_changed.connect(_forget, dispatch_uid="deadletter.conf")
+
+
 class Settings:
+    def raw(self, name: str) -> Any:
+        """`DEADLETTER_<name>` as the project wrote it (its default when unset), for
+        the checks, which say what is wrong with a value the properties would refuse."""
+        return _read(name)
+
     @property
     def MAX_QUEUE_AGE(self) -> timedelta:
         """How long a message is retried before fetch drops it (from its `queued_at`)."""
