@@ -26,7 +26,7 @@ from deadletter.models import QueuedMessage
 from deadletter.queue import age as age_rule
 from deadletter.queue import browse
 from deadletter.queue.rows import attempts_of
-from deadletter.wire import codec, keys
+from deadletter.wire import codec, gotime, keys
 from deadletter.wire.gotime import GoOnlyTime, GoTime
 from deadletter.wire.messages import Message
 
@@ -65,12 +65,12 @@ def first(obj: QueuedMessage) -> Message | None:
 
 
 def instant_ns(value: Any) -> int | None:
-    """Nanoseconds since the epoch of a time (GoTime, GoOnlyTime, aware datetime)."""
-    if isinstance(value, GoTime | GoOnlyTime):
-        return value.unix_ns
-    if isinstance(value, datetime) and value.utcoffset() is not None:
-        since = value - _EPOCH
-        return (since.days * 86_400 + since.seconds) * _NS + since.microseconds * 1000
+    """Nanoseconds since the epoch of a time (GoTime, GoOnlyTime, aware datetime);
+    None for anything else (a naive datetime, a corrupt field)."""
+    if isinstance(value, GoTime | GoOnlyTime) or (
+        isinstance(value, datetime) and value.utcoffset() is not None
+    ):
+        return gotime.epoch_ns(value)
     return None
 
 

@@ -153,7 +153,7 @@ def as_bytes(value: bytes | str | None) -> bytes:
 def kv_queue_prefixes(conn: sqlite3.Connection) -> list[bytes]:
     """The queue names (raw bytes) a kv file holds queue rows of, in key order.
 
-    A loose index scan, as `legacy.iter_queue_heads`: one lookup per queue,
+    A loose index scan, as `store.scans.queue_heads`: one lookup per queue,
     no blob read.
     """
     prefixes: list[bytes] = []
