@@ -35,7 +35,6 @@ FUTURE = "in the future"
 ERROR_SHOWN = 80
 
 _NS = 1_000_000_000
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 # The instants every time zone can show: `datetime`'s range less a day at each
 # end (a UTC offset is under a day), so the user's zone never overflows.
 _SHOWN_FROM_NS = -62_135_510_400 * _NS  # 0001-01-02T00:00:00Z
