@@ -6,8 +6,7 @@ from typing import Any
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "go-cbor"
+from tests.factories import FIXTURES, REPO
 
 
 @pytest.fixture(scope="session")

@@ -3,9 +3,8 @@ itself; the admin and API tests walk each through every page that shows it."""
 
 from __future__ import annotations
 
-from django.db import connection
-
 from deadletter.wire import keys
+from tests.factories import insert
 
 
 def park_odd_rows(queue: str = "q") -> list[bytes]:
@@ -18,9 +17,6 @@ def park_odd_rows(queue: str = "q") -> list[bytes]:
         keys.new_key(queue): b"",
         keys.new_key(queue): b"\xd9\xd9\xf7" * 1000 + b"\x81\xa0",  # tags before a message
     }
-    with connection.cursor() as cursor:
-        for key, value in odd.items():
-            cursor.execute(
-                "INSERT INTO deadletter_queuedmessage (key, value) VALUES (%s, %s)", (key, value)
-            )
+    for key, value in odd.items():
+        insert(key, value)
     return list(odd)

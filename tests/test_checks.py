@@ -13,8 +13,7 @@ from typing import Any
 import pytest
 
 from deadletter.checks import check_api_mount, check_handlers, check_settings
-
-REPO = Path(__file__).resolve().parents[1]
+from tests.factories import REPO
 
 not_callable = 42
 

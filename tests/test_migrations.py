@@ -8,7 +8,6 @@ import sys
 import time
 import tracemalloc
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import time_machine
@@ -22,10 +21,10 @@ from deadletter.queue import fetch_failed_msgs, legacy, store_failed_msgs
 from deadletter.wire import codec, keys
 from deadletter.wire.gotime import GoTime
 from deadletter.wire.messages import Message
+from tests.factories import REPO, insert, table_rows
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-REPO = Path(__file__).resolve().parents[1]
 TABLE = QueuedMessage._meta.db_table
 SPLIT = "0002_split_legacy_blobs"
 NOW = "2026-11-29T12:00:00Z"
@@ -53,23 +52,15 @@ def msg(subject: str, **kw: object) -> Message:
     return Message(subject=subject, queued_at=kw.pop("queued_at", QUEUED), **kw)  # type: ignore[arg-type]
 
 
-def put_row(key: bytes, value: bytes) -> None:
-    """A row in raw SQL: the table has the columns of the migration state under test, which
-    may be fewer than today's model has."""
-    with connection.cursor() as cursor:
-        cursor.execute(f"INSERT INTO {TABLE} (key, value) VALUES (%s, %s)", (key, value))
-
-
 def put_legacy(queue_name: str, messages: list[Message]) -> None:
-    put_row(queue_name.encode(), codec.encode(messages))
+    insert(queue_name.encode(), codec.encode(messages))
 
 
 def rows(queue_name: str | None = None) -> list[tuple[bytes, bytes]]:
-    """Every row (of one queue), in key order: the order fetch reads."""
-    with connection.cursor() as cursor:
-        cursor.execute(f"SELECT key, value FROM {TABLE}")
-        found = [(bytes(k), bytes(v)) for k, v in cursor.fetchall()]
-    found.sort()
+    """Every row (of one queue), in key order: the order fetch reads. Rows are written
+    and read in raw SQL (`insert`, `table_rows`): the table has the columns of the
+    migration state under test, which may be fewer than today's model has."""
+    found = table_rows()
     if queue_name is None:
         return found
     return [(k, v) for k, v in found if keys.queue_of(k) == queue_name]
@@ -121,7 +112,7 @@ def test_the_migration_drops_nothing_for_age(before_split: None) -> None:
 def test_a_corrupt_aggregate_is_left_for_fetch_and_the_others_split(
     before_split: None, caplog: pytest.LogCaptureFixture
 ) -> None:
-    put_row(b"broken", b"\x83\xa1")
+    insert(b"broken", b"\x83\xa1")
     put_legacy("fine", [msg("one")])
     with caplog.at_level(logging.ERROR, logger="deadletter"):
         migrate_forward()
@@ -145,7 +136,7 @@ def test_the_split_holds_one_message_at_a_time_not_the_whole_aggregate(
     messages = [msg(f"message {i}", fields=["x" * 20, str(i)]) for i in range(20_000)]
     blob = codec.encode(messages)
     del messages
-    put_row(b"big", blob)
+    insert(b"big", blob)
     tracemalloc.start()
     try:
         split, stored = legacy.split_legacy_rows(connection, TABLE)  # what the migration runs
@@ -166,7 +157,7 @@ def test_downgrade_folds_each_queue_into_one_aggregate_in_key_order(transactiona
         for name in ("first", "second", "third"):
             store_failed_msgs("a", msg(name))
         store_failed_msgs("b", msg("only"))
-    put_row(keys.make_key("a", NEWER_NS * 2, 1), codec.encode([msg("x"), msg("y")]))
+    insert(keys.make_key("a", NEWER_NS * 2, 1), codec.encode([msg("x"), msg("y")]))
     migrate_back()
     try:
         assert [k for k, _ in rows()] == [b"a", b"b"]
@@ -210,7 +201,7 @@ def test_a_downgrade_leaves_a_corrupt_row_in_place_rather_than_fold_it(
     transactional_db: None,
 ) -> None:
     bad = keys.make_key("a", NEWER_NS, 1)
-    put_row(bad, b"corrupted cbor data")
+    insert(bad, b"corrupted cbor data")
     with time_machine.travel(NOW, tick=False):
         store_failed_msgs("a", msg("fine"))
     migrate_back()
@@ -314,11 +305,11 @@ def test_a_rerun_completes_what_a_killed_split_left_storing_nothing_twice(
     hits)."""
     legacy_msgs = [msg(f"legacy {i:05}") for i in range(CRASH_LEGACY)]
     blob = codec.encode(legacy_msgs)
-    put_row(b"a", blob)
-    put_row(keys.make_key("a", NEWER_NS, 1), codec.encode_one(msg("newer")))
+    insert(b"a", blob)
+    insert(keys.make_key("a", NEWER_NS, 1), codec.encode_one(msg("newer")))
     seq = frozen_legacy.split_seq(b"a", blob)
     for i, m in enumerate(legacy_msgs[:upto]):
-        put_row(keys.make_key("a", NEWER_NS - CRASH_LEGACY + i, seq ^ i), codec.encode_one(m))
+        insert(keys.make_key("a", NEWER_NS - CRASH_LEGACY + i, seq ^ i), codec.encode_one(m))
     earlier = rows("a")[1 : upto + 1]
 
     migrate_forward()
@@ -377,9 +368,8 @@ def test_a_migration_killed_at_random_points_then_rerun_keeps_every_message_once
 
 def test_migration_0002_runs_only_its_frozen_code_never_the_live_modules() -> None:
     import ast
-    import pathlib
 
-    migrations = pathlib.Path(__file__).resolve().parents[1] / "deadletter" / "migrations"
+    migrations = REPO / "deadletter" / "migrations"
     files = [migrations / "0002_split_legacy_blobs.py", *(migrations / "_0002_frozen").glob("*.py")]
     for path in files:
         for node in ast.walk(ast.parse(path.read_text())):

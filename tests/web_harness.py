@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from deadletter.wire.messages import Message
+from tests.factories import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 USER, PASSWORD = "web-drain", "web-drain-pw"
 
 SERVER_SETTINGS = """\

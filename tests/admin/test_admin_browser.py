@@ -52,14 +52,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 CHANGELIST = "/admin/deadletter/queuedmessage/"
 
 
-def ok_handler(msg: Message) -> None:
-    """Delivers every message."""
-
-
-def failing_handler(msg: Message) -> None:
-    raise ConnectionError("timeout after 30 s talking to 10.0.0.7")
-
-
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
     """One Chromium for the module. Playwright's sync API keeps an event loop in
@@ -117,9 +109,7 @@ def subjects_listed(page: Page) -> list[str]:
 
 
 def test_filter_open_retry_and_delete_a_message(operator: Page, settings: Any) -> None:
-    settings.DEADLETTER_HANDLERS = {
-        "telegram-queue": "tests.admin.test_admin_browser.failing_handler"
-    }
+    settings.DEADLETTER_HANDLERS = {"telegram-queue": "tests.factories.failing_handler"}
     store_failed_msgs("discord-queue", Message(subject="in discord"))
     key = store_failed_msgs("telegram-queue", Message(subject="Ocjena: Matematika"))
     store_failed_msgs("telegram-queue", Message(subject="Zaključna ocjena"))
@@ -171,7 +161,7 @@ def test_bulk_delete_goes_through_the_confirmation(operator: Page) -> None:
 
 
 def test_drain_from_the_overview(operator: Page, settings: Any) -> None:
-    settings.DEADLETTER_HANDLERS = {"q": "tests.admin.test_admin_browser.ok_handler"}
+    settings.DEADLETTER_HANDLERS = {"q": "tests.factories.ok_handler"}
     for i in range(5):
         store_failed_msgs("q", Message(subject=f"d{i}"))
     page = operator

@@ -16,10 +16,11 @@ from rest_framework.test import APIClient
 
 from deadletter.contrib.tasks import capture
 from deadletter.drain import QueueLock
-from deadletter.queue import fetch_failed_msgs, queue_names, sqlite_file, store_failed_msgs
-from deadletter.wire import codec, keys
+from deadletter.queue import fetch_failed_msgs, queue_names, sqlite_file
+from deadletter.wire import keys
 from deadletter.wire.gotime import GoTime
 from deadletter.wire.messages import Message
+from tests.factories import insert, insert_at, park, parked
 from tests.odd_rows import park_odd_rows
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -33,13 +34,6 @@ def deliver(msg: Message) -> None:
     delivered.append(msg)
 
 
-@pytest.fixture
-def api() -> APIClient:
-    client = APIClient()
-    client.force_login(User.objects.create_superuser("root"))
-    return client
-
-
 @pytest.fixture(autouse=True)
 def handlers(settings: Any) -> Iterator[None]:
     settings.DEADLETTER_HANDLERS = {"drained": "tests.api.test_api.deliver"}
@@ -48,17 +42,8 @@ def handlers(settings: Any) -> Iterator[None]:
     delivered.clear()
 
 
-def park(queue: str, subject: str, hours_ago: float = 1) -> bytes:
-    first_failure = GoTime.from_datetime(NOW - timedelta(hours=hours_ago))
-    return store_failed_msgs(queue, Message(subject=subject, queued_at=first_failure))
-
-
 def url(name: str, suffix: str = "messages/") -> str:
     return f"{API}/queues/{quote(name, safe='/')}/{suffix}"
-
-
-def subjects(queue: str) -> list[str]:
-    return [q.msg.subject for q in fetch_failed_msgs(queue)]
 
 
 # --- reading -------------------------------------------------------------------
@@ -68,12 +53,9 @@ def test_queue_list_gives_depth_the_oldest_times_and_the_age_of_the_head(api) ->
     parked_at = int((NOW - timedelta(minutes=30)).timestamp()) * 10**9
     for seq, hours_ago in enumerate((5, 1)):
         first_failure = GoTime.from_datetime(NOW - timedelta(hours=hours_ago))
-        value = codec.encode_one(Message(subject="m", queued_at=first_failure))
-        key = keys.make_key("webhook-queue", parked_at + seq, seq)
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "INSERT INTO deadletter_queuedmessage (key, value) VALUES (%s, %s)", (key, value)
-            )
+        insert_at(
+            "webhook-queue", parked_at + seq, seq, Message(subject="m", queued_at=first_failure)
+        )
     with time_machine.travel(NOW, tick=False):
         body = api.get(f"{API}/queues/").json()
     assert body == [
@@ -88,14 +70,14 @@ def test_queue_list_gives_depth_the_oldest_times_and_the_age_of_the_head(api) ->
 
 
 def test_one_queue_reads_like_its_entry_in_the_list(api) -> None:
-    park("a b", "x")
+    park("x", queue="a b")
     assert api.get(url("a b", "")).json()["depth"] == 1
     assert api.get(url("empty", "")).json()["depth"] == 0
 
 
 def test_message_list_pages_by_key_oldest_first_and_ends_with_no_next(api) -> None:
     for i in range(5):
-        park("q", f"m{i}")
+        park(f"m{i}", queue="q")
     first = api.get(url("q"), {"limit": 2}).json()
     assert [r["messages"][0]["subject"] for r in first["results"]] == ["m0", "m1"]
     second = api.get(first["next"]).json()
@@ -122,18 +104,14 @@ def test_bad_paging_parameters_are_400(api, query: dict, field: str) -> None:
 
 
 def test_an_after_key_of_another_queue_is_400(api) -> None:
-    other = park("other", "x")
+    (other,) = park("x", queue="other")
     response = api.get(url("q"), {"after": other.hex()})
     assert response.status_code == 400
     assert "after" in response.json()
 
 
 def test_listing_writes_nothing_and_shows_a_corrupt_row(api) -> None:
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "INSERT INTO deadletter_queuedmessage (key, value) VALUES (%s, %s)",
-            (keys.new_key("q"), b"corrupted cbor data"),
-        )
+    insert(keys.new_key("q"), b"corrupted cbor data")
     row = api.get(url("q")).json()["results"][0]
     assert row["corrupt"] is True
     assert row["messages"] == []
@@ -141,7 +119,7 @@ def test_listing_writes_nothing_and_shows_a_corrupt_row(api) -> None:
 
 
 def test_a_row_over_the_size_limit_is_shown_as_too_large_without_decoding(api, settings) -> None:
-    key = park("q", "big")
+    (key,) = park("big", queue="q")
     settings.DEADLETTER_MAX_ROW_BYTES = 10
     body = api.get(f"{API}/messages/{keys.to_text(key)}/").json()
     assert (body["too_large"], body["corrupt"], body["messages"]) == (True, False, [])
@@ -152,7 +130,7 @@ def test_a_row_over_the_size_limit_is_shown_as_too_large_without_decoding(api, s
 
 
 def test_message_detail_by_hex_key(api) -> None:
-    key = park("q", "detail")
+    (key,) = park("detail", queue="q")
     body = api.get(f"{API}/messages/{keys.to_text(key)}/").json()
     assert body["key"] == key.hex()
     assert body["queue"] == "q"
@@ -197,14 +175,14 @@ def test_any_queue_name_is_reachable(api, name: str) -> None:
     page = api.get(url(name)).json()
     assert [r["messages"][0]["subject"] for r in page["results"]] == ["hello"]
     assert page["results"][0]["queue"] == name
-    assert subjects(name) == ["hello"]
+    assert parked(name) == ["hello"]
     assert name in [q["name"] for q in api.get(f"{API}/queues/").json()]
 
 
 def test_the_next_link_of_a_name_with_a_slash_stays_in_the_queue(api) -> None:
     for i in range(3):
-        park("a/b", f"m{i}")
-    park("a", "other")
+        park(f"m{i}", queue="a/b")
+    park("other", queue="a")
     first = api.get(url("a/b"), {"limit": 2}).json()
     rest = api.get(first["next"]).json()
     assert [r["messages"][0]["subject"] for r in rest["results"]] == ["m2"]
@@ -351,10 +329,10 @@ def test_park_takes_only_json(api) -> None:
 
 
 def test_delete_answers_204_then_404(api) -> None:
-    key = park("q", "gone")
-    park("q", "kept")
+    (key,) = park("gone", queue="q")
+    park("kept", queue="q")
     assert api.delete(f"{API}/messages/{key.hex()}/").status_code == 204
-    assert subjects("q") == ["kept"]
+    assert parked("q") == ["kept"]
     assert api.delete(f"{API}/messages/{key.hex()}/").status_code == 404
 
 
@@ -381,7 +359,7 @@ def test_reads_answer_503_when_the_database_failed(unreachable_db) -> None:
 
 def test_drain_hands_messages_to_the_handler_and_answers_the_report(api) -> None:
     for i in range(3):
-        park("drained", f"m{i}")
+        park(f"m{i}", queue="drained")
     response = api.post(url("drained", "drain/"), {"limit": 2}, format="json")
     assert response.status_code == 200
     report = response.json()
@@ -389,41 +367,41 @@ def test_drain_hands_messages_to_the_handler_and_answers_the_report(api) -> None
     assert report["delivered"] == 2
     assert report["dropped"] == {"expired": 0, "corrupt": 0, "permanent": 0, "max_attempts": 0}
     assert [m.subject for m in delivered] == ["m0", "m1"]
-    assert subjects("drained") == ["m2"]
+    assert parked("drained") == ["m2"]
 
 
 def test_drain_without_a_body_uses_the_default_limit(api) -> None:
-    park("drained", "m")
+    park("m", queue="drained")
     assert api.post(url("drained", "drain/")).json()["delivered"] == 1
 
 
 @pytest.mark.parametrize("limit", [0, 1001, "5", None])
 def test_drain_limit_is_capped_and_an_integer(api, limit: Any) -> None:
-    park("drained", "m")
+    park("m", queue="drained")
     response = api.post(url("drained", "drain/"), {"limit": limit}, format="json")
     assert response.status_code == 400
     assert "limit" in response.json()
-    assert subjects("drained") == ["m"]
+    assert parked("drained") == ["m"]
 
 
 def test_drain_of_a_queue_without_a_handler_is_400(api) -> None:
-    park("unhandled", "m")
+    park("m", queue="unhandled")
     response = api.post(url("unhandled", "drain/"))
     assert response.status_code == 400
     assert "no handler" in str(response.json()["name"])
-    assert subjects("unhandled") == ["m"]
+    assert parked("unhandled") == ["m"]
 
 
 @pytest.mark.skipif(connection.vendor != "sqlite", reason="only SQLite keeps one drain a queue")
 def test_drain_is_409_while_another_drain_holds_the_queue(api) -> None:
-    park("drained", "m")
+    park("m", queue="drained")
     db_file = sqlite_file()
     assert db_file is not None
     with QueueLock(db_file, ["drained"]):
         response = api.post(url("drained", "drain/"))
     assert response.status_code == 409
     assert "being drained" in response.json()["detail"]
-    assert subjects("drained") == ["m"]
+    assert parked("drained") == ["m"]
 
 
 def test_rows_with_odd_keys_and_values_read_and_delete_without_a_server_error(api) -> None:

@@ -15,9 +15,8 @@ from rest_framework.authentication import TokenAuthentication
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from deadletter.queue import fetch_failed_msgs, store_failed_msgs
-from deadletter.wire.gotime import GoTime
-from deadletter.wire.messages import Message
+from deadletter.queue import fetch_failed_msgs
+from tests.factories import park
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -53,10 +52,6 @@ def token_client(user: User) -> APIClient:
     return client
 
 
-def park(subject: str = "m") -> bytes:
-    return store_failed_msgs("q", Message(subject=subject, queued_at=GoTime.now()))
-
-
 ENDPOINTS = [
     ("get", f"{API}/queues/"),
     ("get", f"{API}/queues/q/"),
@@ -84,7 +79,7 @@ def test_a_wrong_token_is_401() -> None:
 
 
 def test_a_token_authenticates() -> None:
-    park()
+    park("m")
     client = token_client(user_with("view_queuedmessage"))
     assert client.get(f"{API}/queues/").json()[0]["depth"] == 1
 
@@ -130,7 +125,7 @@ class BearerAuthentication(TokenAuthentication):
     }
 )
 def test_the_projects_own_token_class_authenticates_and_challenges() -> None:
-    park()
+    park("m")
     key = Token.objects.create(user=user_with("view_queuedmessage")).key
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
@@ -165,7 +160,7 @@ def test_a_session_works_and_needs_the_csrf_token_to_write() -> None:
 
 
 def test_a_user_without_the_view_permission_reads_nothing() -> None:
-    park()
+    park("m")
     client = token_client(user_with("add_queuedmessage"))
     for path in (f"{API}/queues/", f"{API}/queues/q/messages/", f"{API}/schema/"):
         assert client.get(path).status_code == 403
@@ -183,21 +178,21 @@ def test_parking_needs_the_add_permission() -> None:
 
 
 def test_deleting_needs_the_delete_permission() -> None:
-    key = park()
+    (key,) = park("m")
     client = token_client(user_with("view_queuedmessage"))
     assert client.delete(f"{API}/messages/{key.hex()}/").status_code == 403
     assert len(fetch_failed_msgs("q")) == 1
 
 
 def test_deleting_with_the_delete_permission() -> None:
-    key = park()
+    (key,) = park("m")
     client = token_client(user_with("delete_queuedmessage"))
     assert client.delete(f"{API}/messages/{key.hex()}/").status_code == 204
 
 
 def test_draining_needs_the_drain_permission(settings) -> None:
-    settings.DEADLETTER_HANDLERS = {"q": "tests.api.test_api.deliver"}
-    park()
+    settings.DEADLETTER_HANDLERS = {"q": "tests.factories.ok_handler"}
+    park("m")
     client = token_client(user_with("view_queuedmessage", "delete_queuedmessage"))
     assert client.post(f"{API}/queues/q/drain/").status_code == 403
     assert len(fetch_failed_msgs("q")) == 1
@@ -209,7 +204,7 @@ def test_staff_status_alone_grants_nothing() -> None:
 
 
 def test_the_first_mount_still_answers() -> None:
-    park()
+    park("m")
     client = token_client(user_with("view_queuedmessage"))
     body = client.get("/deadletter/api/queues/q/messages/").json()
     assert body["results"][0]["messages"][0]["subject"] == "m"

@@ -6,11 +6,9 @@ import json
 import re
 
 import pytest
-from django.contrib.auth.models import User
 from django.contrib.staticfiles import finders
 from django.test import modify_settings, override_settings
 from drf_spectacular.validation import validate_schema
-from rest_framework.test import APIClient
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -23,13 +21,6 @@ def schema_auth_names(docs_page: str) -> list[str]:
     assert found
     names: list[str] = json.loads(found.group(1))
     return names
-
-
-@pytest.fixture
-def api() -> APIClient:
-    client = APIClient()
-    client.force_login(User.objects.create_superuser("root"))
-    return client
 
 
 def test_the_schema_is_valid_openapi_3_of_this_api_only(api) -> None:

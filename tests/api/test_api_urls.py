@@ -6,7 +6,6 @@ from __future__ import annotations
 from io import BytesIO
 
 import pytest
-from django.contrib.auth.models import User
 from django.core.handlers.asgi import ASGIRequest
 from rest_framework.test import APIClient
 
@@ -24,13 +23,6 @@ ROUTES = [
     ("get", "messages/{}/", "key"),
     ("delete", "messages/{}/", "key"),
 ]
-
-
-@pytest.fixture
-def api() -> APIClient:
-    client = APIClient()
-    client.force_login(User.objects.create_superuser("root"))
-    return client
 
 
 def park(api: APIClient, escaped: str, **extra: str) -> tuple[int, dict[str, list[str]]]:

@@ -20,8 +20,8 @@ from django.test import override_settings
 from deadletter import queue
 from deadletter.contrib.tasks import framework, inflight
 from deadletter.wire.messages import Message
-from tests.conftest import REPO
 from tests.contrib.contrib_tasks_env import task_settings
+from tests.factories import REPO
 
 if framework.find() is None and django.VERSION < (6, 0):
     pytest.skip("deadletter_tasks.E001: no Tasks framework on this leg", allow_module_level=True)

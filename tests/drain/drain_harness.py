@@ -17,12 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from deadletter.wire.messages import Message
-
-REPO = Path(__file__).resolve().parents[2]
-
-
-def failing_handler(msg: Message) -> None:
-    raise ConnectionError("downstream is down")
+from tests.factories import REPO
 
 
 def recording_handler(msg: Message) -> Message | None:
@@ -55,15 +50,15 @@ def recording_handler(msg: Message) -> Message | None:
 
 
 class Drain:
-    """`manage.py deadletter_drain` in a child process, with `handler` (a function
-    of this module, `recording_handler` by default) on queue "q"."""
+    """`manage.py deadletter_drain` in a child process, with `handler` (a dotted
+    path, this module's `recording_handler` by default) on queue "q"."""
 
     def __init__(
         self,
         env: dict[str, str],
         tmp: Path,
         *args: str,
-        handler: str = "recording_handler",
+        handler: str = "tests.drain.drain_harness.recording_handler",
         **extra: str,
     ) -> None:
         self.record = tmp / "record.txt"
@@ -71,12 +66,12 @@ class Drain:
         self.gate = tmp / "gate"
         self.stderr = tmp / f"stderr-{time.monotonic_ns()}.txt"
         self.stdout = tmp / f"stdout-{time.monotonic_ns()}.txt"
-        settings_module = f"drain_settings_{handler}"
+        settings_module = "drain_settings_" + handler.replace(".", "_")
         settings_file = tmp / f"{settings_module}.py"
         if not settings_file.exists():
             settings_file.write_text(
                 "from project.settings import *  # noqa: F403\n"
-                f"DEADLETTER_HANDLERS = {{'q': 'tests.drain.drain_harness.{handler}'}}\n"
+                f"DEADLETTER_HANDLERS = {{'q': {handler!r}}}\n"
             )
         env = {
             **env,

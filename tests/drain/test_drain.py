@@ -34,6 +34,7 @@ from deadletter.queue import (
 from deadletter.wire import codec, keys
 from deadletter.wire.messages import Message
 from tests.drain.drain_harness import claim_held_by_another_thread
+from tests.factories import park, parked
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -71,14 +72,6 @@ def handlers(settings: Any) -> Iterator[None]:
 def msg(subject: str, **kw: Any) -> Message:
     kw.setdefault("queued_at", datetime.now(UTC) - timedelta(hours=1))
     return Message(subject=subject, **kw)
-
-
-def park(*subjects: str, queue: str = "q") -> list[bytes]:
-    return [store_failed_msgs(queue, msg(s)) for s in subjects]
-
-
-def parked(queue: str = "q") -> list[str]:
-    return [q.msg.subject for q in fetch_failed_msgs(queue)]
 
 
 def row(key: bytes) -> Message | None:

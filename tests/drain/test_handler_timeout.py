@@ -19,12 +19,12 @@ from deadletter import drain
 from deadletter.checks import check_time_limits
 from deadletter.drain import DrainConfigError, Drainer, Outcome, redeliver, timeouts
 from deadletter.models import QueuedMessage
-from deadletter.queue import fetch_failed_msgs, store_failed_msgs
+from deadletter.queue import fetch_failed_msgs
 from deadletter.wire.messages import Message
+from tests.factories import REPO, park, parked, parked_messages
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-REPO = Path(__file__).resolve().parents[2]
 # What is left of a budget when the handler starts is a little under the budget.
 TIMED_OUT = re.compile(r"HandlerTimeout: handler did not return within [0-9.]+ s")
 
@@ -58,14 +58,6 @@ def wait_for(condition: Any, timeout: float = 30) -> None:
         time.sleep(0.01)
 
 
-def park(*subjects: str) -> list[bytes]:
-    return [store_failed_msgs("q", Message(subject=s)) for s in subjects]
-
-
-def parked() -> list[Message]:
-    return [item.msg for item in fetch_failed_msgs("q")]
-
-
 # --- DEADLETTER_HANDLER_TIMEOUT -------------------------------------------------------
 
 
@@ -82,7 +74,7 @@ def test_a_handler_past_the_timeout_is_a_failed_attempt_and_the_drain_goes_on(
     park("hangs", "fine")
     report = Drainer().run()
     assert (report.failed, report.delivered) == (1, 1)
-    (msg,) = parked()
+    (msg,) = parked_messages()
     assert msg.subject == "hangs"
     assert msg.extra["Attempts"] == 1
     assert msg.extra["LastError"] == "HandlerTimeout: handler did not return within 0.5 s"
@@ -95,7 +87,7 @@ def test_a_message_that_always_hangs_reaches_max_attempts(settings: Any) -> None
     park("hangs")
     assert Drainer().run().failed == 1
     assert Drainer().run().dropped["max_attempts"] == 1
-    assert parked() == []
+    assert parked_messages() == []
 
 
 def test_a_handler_under_a_timeout_closes_its_threads_connections_when_it_ends(
@@ -145,7 +137,7 @@ def test_a_drain_with_no_budget_left_hands_nothing_over() -> None:
     park("one")
     report = Drainer(budget=0).run()
     assert (report.handled, report.stopped_by) == (0, "time budget")
-    assert [m.subject for m in parked()] == ["one"]
+    assert parked() == ["one"]
 
 
 def test_a_budget_gives_the_handler_what_is_left_of_it() -> None:
@@ -154,15 +146,15 @@ def test_a_budget_gives_the_handler_what_is_left_of_it() -> None:
     report = Drainer(budget=0.5).run()
     assert time.monotonic() - started < 30  # the handler would hang 60 s
     assert (report.failed, report.stopped_by) == (1, "time budget")
-    assert [m.subject for m in parked()] == ["hangs", "next"]
-    assert TIMED_OUT.fullmatch(parked()[0].extra["LastError"])
+    assert parked() == ["hangs", "next"]
+    assert TIMED_OUT.fullmatch(parked_messages()[0].extra["LastError"])
 
 
 def test_redeliver_stops_at_its_deadline_and_counts_the_rows_it_did_not_reach() -> None:
     keys = park("hangs", "next", "last")
     report = redeliver(keys, deadline=time.monotonic() + 0.5)
     assert (report.failed, report.unreached, report.stopped_by) == (1, 2, "time budget")
-    assert parked()[0].extra["Attempts"] == 1
+    assert parked_messages()[0].extra["Attempts"] == 1
 
 
 # --- the bound on hung handler threads -------------------------------------------------
@@ -177,7 +169,7 @@ def test_past_the_bound_of_hung_handlers_the_drain_stops_leaving_the_message_unt
     report = Drainer().run()
     assert (report.failed, report.stopped_by) == (2, "hung handlers")
     assert drain.hung_handlers() == 2
-    assert parked()[2].extra == {}
+    assert parked_messages()[2].extra == {}
     release.set()
     wait_for(lambda: drain.hung_handlers() == 0)
     assert Drainer().run().delivered == 3
@@ -189,7 +181,7 @@ def test_an_abandoned_handler_that_returns_later_is_ignored(settings: Any) -> No
     assert drain.deliver(fetch_failed_msgs("q")[0], handler, timeout=0.2) is Outcome.FAILED
     release.set()
     wait_for(lambda: drain.hung_handlers() == 0)
-    assert parked()[0].extra["Attempts"] == 1
+    assert parked_messages()[0].extra["Attempts"] == 1
 
 
 # --- checks E010 and E011 --------------------------------------------------------------

@@ -134,7 +134,9 @@ def test_a_failing_message_is_tried_once_per_run_whatever_the_workers(
     postgres: None, subprocess_env: dict[str, str], tmp_path: Path
 ) -> None:
     bulk_park("q", 200)
-    drain = Drain(subprocess_env, tmp_path, "--workers", "4", handler="failing_handler")
+    drain = Drain(
+        subprocess_env, tmp_path, "--workers", "4", handler="tests.factories.failing_handler"
+    )
     assert drain.wait() == 1
     attempts = Counter(q.msg.extra["Attempts"] for q in fetch_failed_msgs("q"))
     assert attempts == Counter({1: 200})

@@ -9,7 +9,6 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -24,11 +23,11 @@ from rest_framework.test import APIClient
 from deadletter import drain
 from deadletter.drain import timeouts
 from deadletter.models import QueuedMessage
-from deadletter.queue import fetch_failed_msgs, store_failed_msgs
-from deadletter.wire import codec, keys
+from deadletter.wire import keys
 from deadletter.wire.messages import Message
 from tests import web_harness
 from tests.drain.drain_harness import assert_only_messages_in_hand_were_delivered_twice
+from tests.factories import park, park_aged, parked, parked_messages
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -100,14 +99,6 @@ def api(user: User) -> APIClient:
     return client
 
 
-def park(queue: str, *subjects: str) -> list[bytes]:
-    return [store_failed_msgs(queue, Message(subject=s)) for s in subjects]
-
-
-def rows(queue: str) -> list[Message]:
-    return [item.msg for item in fetch_failed_msgs(queue)]
-
-
 # --- the views Django resolves are outside the request's transaction -----------------
 
 
@@ -171,11 +162,11 @@ def test_a_park_in_another_process_succeeds_while_a_web_drains_handler_runs(
     "database is locked"."""
     settings.DEADLETTER_ADMIN_TIME_BUDGET = settings.DEADLETTER_API_TIME_BUDGET = 300
     park_args.update(env=subprocess_env, tmp=tmp_path, queue="elsewhere", subject="meanwhile")
-    (key,) = park("parks", "retried")
+    (key,) = park("retried", queue="parks")
     start(api, admin, key)
     assert parks == [None]
-    assert [m.subject for m in rows("elsewhere")] == ["meanwhile"]
-    assert rows("parks") == []
+    assert parked("elsewhere") == ["meanwhile"]
+    assert parked_messages("parks") == []
 
 
 class DeleteProbe:
@@ -201,11 +192,8 @@ class DeleteProbe:
 
 def park_expired(queue: str, count: int) -> None:
     """Rows parked 40 days ago, past the default 30-day age limit."""
-    long_ago = datetime.now(UTC) - timedelta(days=40)
-    value = codec.encode_one(Message(subject="old", queued_at=long_ago))
     for i in range(count):
-        key = keys.make_key(queue, int(long_ago.timestamp()) * 10**9 + i, 1)
-        QueuedMessage.objects.create(key=key, value=value)
+        park_aged(queue, days_ago=40, seq=i, subject="old")
 
 
 def delete_all_matching(admin: Client) -> None:
@@ -242,14 +230,14 @@ def test_bulk_deletes_from_the_admin_commit_each_row_on_its_own(
     with connection.execute_wrapper(probe):
         run(admin)
     assert probe.parks == [None]
-    assert rows("gone") == []
+    assert parked("gone") == []
 
 
 @pytest.mark.slow
 def test_an_api_delete_commits_before_the_request_ends(
     api: APIClient, subprocess_env: dict[str, str], tmp_path: Path
 ) -> None:
-    (key,) = park("gone", "one")
+    (key,) = park("one", queue="gone")
     probe = DeleteProbe(subprocess_env, tmp_path)
     with connection.execute_wrapper(probe):
         assert api.delete(f"{API}/messages/{keys.to_text(key)}/").status_code == 204
@@ -274,7 +262,7 @@ def test_a_server_killed_mid_drain_re_delivers_only_the_message_in_hand(
     server is SIGKILLed. The three before it were settled one by one, so only
     the fourth is handed over again."""
     subjects = [f"m{i}" for i in range(1, 6)]
-    park("q", *subjects)
+    park(*subjects)
     server = web_harness.Server(subprocess_env, tmp_path, DRAIN_HANG_ON="m4")
     try:
         if edge == "api":
@@ -290,11 +278,11 @@ def test_a_server_killed_mid_drain_re_delivers_only_the_message_in_hand(
             time.sleep(0.01)
     finally:
         server.kill()
-    assert [m.subject for m in rows("q")] == ["m4", "m5"]
+    assert parked("q") == ["m4", "m5"]
     settings.DEADLETTER_HANDLERS = {"q": "tests.web_harness.recording_handler"}
     monkeypatch.setenv("DRAIN_RECORD", str(server.record))
     deadline = time.monotonic() + 60
-    while rows("q"):  # on PostgreSQL the dead server's row lock lasts until its backend ends
+    while parked("q"):  # on PostgreSQL the dead server's row lock lasts until its backend ends
         assert time.monotonic() < deadline
         drain.Drainer().run()
         time.sleep(0.05)
@@ -344,12 +332,12 @@ def test_a_web_drain_returns_within_its_budget_when_the_handler_hangs(
     """The handler would hang 60 s; the request answers after its 1 s budget
     (bounded here by half the hang), the message queued with the attempt counted."""
     settings.DEADLETTER_ADMIN_TIME_BUDGET = settings.DEADLETTER_API_TIME_BUDGET = 1
-    (key,) = park("hangs", "stuck")
+    (key,) = park("stuck", queue="hangs")
     started = time.monotonic()
     start(api, admin, key)
     assert time.monotonic() - started < 30
     assert in_hand.is_set() and not release.is_set()
-    (msg,) = rows("hangs")
+    (msg,) = parked_messages("hangs")
     assert msg.extra["Attempts"] == 1
     assert re.fullmatch(
         r"HandlerTimeout: handler did not return within [0-9.]+ s", msg.extra["LastError"]
@@ -362,7 +350,7 @@ def test_no_transaction_holds_the_row_once_an_api_drain_gave_up_on_its_handler(
     if connection.vendor != "postgresql":
         pytest.skip("PostgreSQL claims rows in a transaction; SQLite holds none while handling")
     settings.DEADLETTER_API_TIME_BUDGET = 1
-    (key,) = park("hangs", "stuck")
+    (key,) = park("stuck", queue="hangs")
     hang_from_the_api(api, Client(), key)
     assert not release.is_set()  # the handler still runs
     with connection.cursor() as cursor:
@@ -406,12 +394,12 @@ def test_past_the_bound_of_hung_handlers_a_web_drain_hands_nothing_over(
     before handing a message over, its row untouched, until one returns."""
     monkeypatch.setattr(timeouts, "MAX_HUNG_HANDLERS", 1)
     settings.DEADLETTER_API_TIME_BUDGET = 1
-    park("hangs", "stuck")
+    park("stuck", queue="hangs")
     hang_from_the_api(api, Client(), b"")
     assert drain.hung_handlers() == 1
     report = api.post(f"{API}/queues/hangs/drain/").json()
     assert (report["failed"], report["stopped_by"]) == (0, "hung handlers")
-    assert rows("hangs")[0].extra["Attempts"] == 1
+    assert parked_messages("hangs")[0].extra["Attempts"] == 1
     release.set()
     deadline = time.monotonic() + 30
     while drain.hung_handlers():
@@ -426,8 +414,8 @@ def test_past_the_bound_retry_now_says_why_no_handler_was_started(
 ) -> None:
     monkeypatch.setattr(timeouts, "MAX_HUNG_HANDLERS", 1)
     settings.DEADLETTER_ADMIN_TIME_BUDGET = settings.DEADLETTER_API_TIME_BUDGET = 1
-    (key,) = park("hangs", "stuck")
+    (key,) = park("stuck", queue="hangs")
     hang_from_the_api(api, admin, key)
     text = admin.post(f"{ADMIN}{keys.to_text(key)}/retry/", follow=True).content.decode()
     assert "No handler was started after that: 1 handler(s)" in text
-    assert rows("hangs")[0].extra["Attempts"] == 1
+    assert parked_messages("hangs")[0].extra["Attempts"] == 1

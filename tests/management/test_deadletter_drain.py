@@ -16,7 +16,6 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -26,45 +25,18 @@ from django.db import connection
 
 from deadletter.management.commands.deadletter_drain import Command, rate, seconds
 from deadletter.models import QueuedMessage
-from deadletter.queue import fetch_failed_msgs, store_failed_msgs
+from deadletter.queue import fetch_failed_msgs
 from deadletter.wire import keys
 from deadletter.wire.messages import Message
 from project.demo import handlers as demo_handlers
-from tests.drain import drain_harness
 from tests.drain.drain_harness import (
-    REPO,
     Drain,
     assert_only_messages_in_hand_were_delivered_twice,
     recorded,
 )
+from tests.factories import REPO, park, parked
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-# --- handlers the drains below run -------------------------------------------------
-
-
-def ok_handler(msg: Message) -> None:
-    return None
-
-
-failing_handler = drain_harness.failing_handler
-
-
-def park(*subjects: str, queue: str = "q", recipients: list[str] | None = None) -> None:
-    for subject in subjects:
-        store_failed_msgs(
-            queue,
-            Message(
-                subject=subject,
-                fields=recipients,
-                queued_at=datetime.now(UTC) - timedelta(minutes=5),
-            ),
-        )
-
-
-def parked(queue: str = "q") -> list[str]:
-    return [q.msg.subject for q in fetch_failed_msgs(queue)]
 
 
 # --- in-process: arguments, exit status, output ------------------------------------
@@ -73,8 +45,8 @@ def parked(queue: str = "q") -> list[str]:
 @pytest.fixture
 def handlers(settings: Any) -> None:
     settings.DEADLETTER_HANDLERS = {
-        "q": "tests.management.test_deadletter_drain.ok_handler",
-        "bad": "tests.management.test_deadletter_drain.failing_handler",
+        "q": "tests.factories.ok_handler",
+        "bad": "tests.factories.failing_handler",
     }
 
 
@@ -295,7 +267,7 @@ def _another_name(kind: str, tmp: Path) -> str:
         link = tmp / "through-a-link.sqlite3"
         link.symlink_to(real)
         return f"sqlite:///{link}"
-    return f"sqlite:///{os.path.relpath(real, drain_harness.REPO)}"  # the child's cwd
+    return f"sqlite:///{os.path.relpath(real, REPO)}"  # the child's cwd
 
 
 @pytest.mark.slow
@@ -355,7 +327,7 @@ def test_sigkill_at_random_points_loses_nothing_and_duplicates_only_the_message_
     def top_up() -> None:
         subjects = [f"m{len(expected):04d}-{i:02d}" for i in range(40)]
         park(*subjects[:20])
-        park(*subjects[20:], recipients=["a", "b"])
+        park(*subjects[20:], fields=["a", "b"])  # two recipients
         expected.update(f"{s}:-" for s in subjects[:20])
         expected.update(f"{s}:{r}" for s in subjects[20:] for r in ("a", "b"))
 

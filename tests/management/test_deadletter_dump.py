@@ -14,9 +14,8 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 
 from deadletter.queue import store_failed_msgs
-from deadletter.wire import keys
 from deadletter.wire.messages import Message
-from tests.conftest import FIXTURES, REPO
+from tests.factories import FIXTURES, REPO, insert, insert_at
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -31,20 +30,10 @@ def park_fixtures() -> int:
     """Every Go fixture's bytes as a row (several are multi-message rows), plus a
     corrupt row and a legacy aggregate: everything a dump must carry."""
     values = sorted(FIXTURES.glob("*.cbor"))
-    with connection.cursor() as cursor:
-        for i, path in enumerate(values):
-            cursor.execute(
-                "INSERT INTO deadletter_queuedmessage (key, value) VALUES (%s, %s)",
-                (keys.make_key("go", 10**18 + i, i), path.read_bytes()),
-            )
-        cursor.execute(
-            "INSERT INTO deadletter_queuedmessage (key, value) VALUES (%s, %s)",
-            (keys.make_key("go", 2 * 10**18, 0), b"\xff\xfe corrupt"),
-        )
-        cursor.execute(
-            "INSERT INTO deadletter_queuedmessage (key, value) VALUES (%s, %s)",
-            (b"go", values[0].read_bytes()),
-        )
+    for i, path in enumerate(values):
+        insert_at("go", 10**18 + i, i, path.read_bytes())
+    insert_at("go", 2 * 10**18, 0, b"\xff\xfe corrupt")
+    insert(b"go", values[0].read_bytes())
     return len(values) + 2
 
 

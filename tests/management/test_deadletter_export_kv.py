@@ -10,16 +10,11 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from deadletter.models import QueuedMessage
-from deadletter.queue import store_failed_msgs
 from deadletter.wire import keys
-from deadletter.wire.gotime import GoTime
-from deadletter.wire.messages import Message
+from tests.factories import REPO, park, table_rows
 from tests.transfer.test_kvfile import kv_rows, sqlite_file
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-REPO = Path(__file__).resolve().parents[2]
-QUEUED = GoTime.parse("2026-11-29T11:00:00Z")
 
 
 def run(*args: str) -> str:
@@ -28,20 +23,10 @@ def run(*args: str) -> str:
     return out.getvalue()
 
 
-def park(queue: str, subject: str) -> bytes:
-    return store_failed_msgs(queue, Message(subject=subject, queued_at=QUEUED))
-
-
-def table_rows() -> list[tuple[bytes, bytes]]:
-    return sorted(
-        (bytes(k), bytes(v)) for k, v in QueuedMessage.objects.values_list("key", "value")
-    )
-
-
 def test_writes_every_queue_and_prints_a_table_of_counts(tmp_path: Path) -> None:
-    park("a", "one")
-    park("a", "two")
-    park("b", "three")
+    park("one", queue="a")
+    park("two", queue="a")
+    park("three", queue="b")
     target = tmp_path / "go.sqlite"
     assert run(str(target)).splitlines() == [
         f"Exported 3 messages to {target}",
@@ -55,7 +40,7 @@ def test_writes_every_queue_and_prints_a_table_of_counts(tmp_path: Path) -> None
 
 
 def test_a_second_run_writes_nothing_twice(tmp_path: Path) -> None:
-    park("a", "one")
+    park("one", queue="a")
     target = tmp_path / "go.sqlite"
     run(str(target))
     assert run(str(target)).splitlines()[0] == f"Exported 0 messages to {target}"
@@ -63,8 +48,8 @@ def test_a_second_run_writes_nothing_twice(tmp_path: Path) -> None:
 
 
 def test_queue_option_picks_queues(tmp_path: Path) -> None:
-    park("a", "one")
-    park("b", "two")
+    park("one", queue="a")
+    park("two", queue="b")
     target = tmp_path / "go.sqlite"
     run(str(target), "--queue", "b")
     assert [keys.queue_of(k) for k, _, _ in kv_rows(target)] == ["b"]
@@ -72,8 +57,8 @@ def test_queue_option_picks_queues(tmp_path: Path) -> None:
 
 def test_export_then_import_round_trips_every_message(tmp_path: Path) -> None:
     for i in range(5):
-        park("a", f"message {i}")
-    park("b", "other")
+        park(f"message {i}", queue="a")
+    park("other", queue="b")
     before = table_rows()
     target = tmp_path / "go.sqlite"
     run(str(target))
@@ -104,7 +89,7 @@ def test_export_then_import_round_trips_every_message(tmp_path: Path) -> None:
 def test_bad_input_is_a_command_error_and_nothing_is_written(
     tmp_path: Path, target: str, prepare: Any, extra: list[str], message: str
 ) -> None:
-    park("a", "one")
+    park("one", queue="a")
     path = tmp_path / target
     if prepare == "file-parent":
         (tmp_path / "a-file").write_text("x")
@@ -120,7 +105,7 @@ def test_bad_input_is_a_command_error_and_nothing_is_written(
 def test_an_unwritable_path_is_a_command_error() -> None:
     if not Path("/sys").is_dir():
         pytest.skip("no /sys on this system")
-    park("a", "one")
+    park("one", queue="a")
     with pytest.raises(CommandError, match="cannot write"):
         run("/sys/deadletter-export.sqlite")
 
@@ -129,7 +114,7 @@ def test_an_unwritable_path_is_a_command_error() -> None:
 def test_from_the_shell_bad_input_is_one_line_on_stderr_and_a_non_zero_exit(
     subprocess_env: dict[str, str], tmp_path: Path
 ) -> None:
-    park("a", "one")
+    park("one", queue="a")
     result = subprocess.run(
         [sys.executable, "manage.py", "deadletter_export_kv", str(tmp_path)],
         cwd=REPO,

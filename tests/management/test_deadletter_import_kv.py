@@ -16,11 +16,11 @@ from deadletter.transfer import kvfile
 from deadletter.wire import codec
 from deadletter.wire.gotime import GoTime
 from deadletter.wire.messages import Message
+from tests.factories import REPO
 from tests.transfer.test_kvfile import sqlite_file
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-REPO = Path(__file__).resolve().parents[2]
 QUEUED = GoTime.parse("2026-11-29T11:00:00Z")
 
 

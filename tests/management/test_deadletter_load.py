@@ -15,7 +15,7 @@ from deadletter.transfer import ndjson
 from deadletter.wire import codec, keys
 from deadletter.wire.gotime import GoTime
 from deadletter.wire.messages import Message
-from tests.conftest import REPO
+from tests.factories import REPO
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -8,30 +8,13 @@ from io import StringIO
 
 import pytest
 from django.core.management import CommandError, call_command
-from django.db import connection
 from prometheus_client.parser import text_string_to_metric_families
 
 from deadletter import queue
 from deadletter.management.commands.deadletter_stats import age, duration
-from deadletter.wire import codec, keys
-from deadletter.wire.gotime import GoTime
-from deadletter.wire.messages import Message
+from tests.factories import park_aged
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-DAY = 86_400 * 10**9
-
-
-def park(name: str, days_ago: float, seq: int, attempts: int = 0) -> bytes:
-    at = GoTime.now().unix_ns - int(days_ago * DAY)
-    key = keys.make_key(name, at, seq)
-    extra = {"Attempts": attempts} if attempts else {}
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "INSERT INTO deadletter_queuedmessage (key, value) VALUES (%s, %s)",
-            (key, codec.encode_one(Message(queued_at=GoTime(at), extra=extra))),
-        )
-    return key
 
 
 def stats(*args: str) -> str:
@@ -47,10 +30,10 @@ def limits(settings) -> None:
 
 
 def test_the_table_has_a_row_a_queue_and_totals() -> None:
-    park("mail", days_ago=29.5, seq=1, attempts=3)
-    park("mail", days_ago=1, seq=2)
-    park("hooks", days_ago=0.5, seq=1)
-    queue.drop_msg(park("hooks", days_ago=0.1, seq=2), None, "max_attempts")
+    park_aged("mail", days_ago=29.5, seq=1, attempts=3)
+    park_aged("mail", days_ago=1, seq=2)
+    park_aged("hooks", days_ago=0.5, seq=1)
+    queue.drop_msg(park_aged("hooks", days_ago=0.1, seq=2), None, "max_attempts")
     lines = stats().splitlines()
     assert lines[0].split()[:5] == ["queue", "depth", "oldest", "parked", "oldest"]
     assert "expiring <1d 00h" in lines[0]
@@ -66,7 +49,7 @@ def test_the_table_has_a_row_a_queue_and_totals() -> None:
 
 
 def test_json_is_the_stats_dict() -> None:
-    park("mail", days_ago=29.5, seq=1)
+    park_aged("mail", days_ago=29.5, seq=1)
     data = json.loads(stats("--format", "json", "--horizon", "12h"))
     assert data["horizon_seconds"] == 43_200
     assert data["queues"][0]["queue"] == "mail"
@@ -76,22 +59,22 @@ def test_json_is_the_stats_dict() -> None:
 
 
 def test_prometheus_format_parses() -> None:
-    park("mail", days_ago=2, seq=1)
+    park_aged("mail", days_ago=2, seq=1)
     families = {f.name: f for f in text_string_to_metric_families(stats("--format", "prometheus"))}
     [depth] = families["deadletter_queue_depth"].samples
     assert (depth.labels, depth.value) == ({"queue": "mail"}, 1)
 
 
 def test_only_the_chosen_queues() -> None:
-    park("mail", days_ago=2, seq=1)
-    park("hooks", days_ago=2, seq=1)
+    park_aged("mail", days_ago=2, seq=1)
+    park_aged("hooks", days_ago=2, seq=1)
     data = json.loads(stats("--format", "json", "--queue", "hooks"))
     assert [q["queue"] for q in data["queues"]] == ["hooks"]
 
 
 def test_attempts_sample_all_reads_every_row() -> None:
     for i in range(5):
-        park("mail", days_ago=2, seq=i)
+        park_aged("mail", days_ago=2, seq=i)
     data = json.loads(stats("--format", "json", "--attempts-sample", "2"))
     assert data["queues"][0]["attempts_rows"] == 2
     data = json.loads(stats("--format", "json", "--attempts-sample", "all"))
@@ -108,7 +91,7 @@ def test_bad_arguments_are_usage_errors(args: list[str]) -> None:
 
 def test_the_warning_setting_warns_once(settings) -> None:
     settings.DEADLETTER_EXPIRY_WARNING = timedelta(days=1)
-    park("mail", days_ago=29.5, seq=1)
+    park_aged("mail", days_ago=29.5, seq=1)
     assert "Warned about 1 message(s)" in stats()
     assert "Warned" not in stats()
 

@@ -12,7 +12,7 @@ from argparse import ArgumentParser
 import pytest
 
 from deadletter.management.progress import add_progress_argument, is_terminal, progress_bar
-from tests.conftest import REPO
+from tests.factories import REPO
 
 
 class Terminal(io.StringIO):

@@ -612,10 +612,6 @@ def _add_queue_alias() -> None:
 _add_queue_alias()
 
 
-def accept_all(msg: Message) -> None:
-    return None
-
-
 @pytest.mark.django_db(transaction=True, databases=["default", ELSEWHERE])
 def test_the_queue_lives_wholly_on_deadletter_database(settings) -> None:
     from django.db import transaction
@@ -623,7 +619,7 @@ def test_the_queue_lives_wholly_on_deadletter_database(settings) -> None:
     from deadletter.drain import Drainer
 
     settings.DEADLETTER_DATABASE = ELSEWHERE
-    settings.DEADLETTER_HANDLERS = {"q": "tests.queue.test_queue.accept_all"}
+    settings.DEADLETTER_HANDLERS = {"q": "tests.factories.ok_handler"}
     first = store_failed_msgs("q", msg("first"))
     with transaction.atomic(using=ELSEWHERE):
         store_failed_msgs("q", msg("second"))

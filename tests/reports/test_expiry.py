@@ -7,29 +7,13 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.db import connection
 
 from deadletter import queue, signals
 from deadletter.models import ExpiryWarning
 from deadletter.reports import expiry
-from deadletter.wire import codec, keys
-from deadletter.wire.gotime import GoTime
-from deadletter.wire.messages import Message
+from tests.factories import park_aged
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-DAY = 86_400 * 10**9
-
-
-def park(name: str, days_ago: float, seq: int) -> bytes:
-    at = GoTime.now().unix_ns - int(days_ago * DAY)
-    key = keys.make_key(name, at, seq)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "INSERT INTO deadletter_queuedmessage (key, value) VALUES (%s, %s)",
-            (key, codec.encode_one(Message(subject=f"m{seq}", queued_at=GoTime(at)))),
-        )
-    return key
 
 
 @pytest.fixture
@@ -52,15 +36,15 @@ def limits(settings) -> None:
 
 def test_nothing_is_warned_without_the_setting(settings, received) -> None:
     settings.DEADLETTER_EXPIRY_WARNING = None
-    park("mail", days_ago=29, seq=1)
+    park_aged("mail", days_ago=29, seq=1)
     assert expiry.warn_expiring() == 0
     assert received == []
 
 
 def test_each_message_within_the_horizon_is_warned_once(received, caplog) -> None:
-    soon = park("mail", days_ago=28, seq=1)
-    park("mail", days_ago=10, seq=2)
-    other = park("hooks", days_ago=29.9, seq=1)
+    soon = park_aged("mail", days_ago=28, seq=1)
+    park_aged("mail", days_ago=10, seq=2)
+    other = park_aged("hooks", days_ago=29.9, seq=1)
     with caplog.at_level(logging.WARNING, logger="deadletter"):
         assert expiry.warn_expiring() == 2
     assert {(r["sender"], r["key"]) for r in received} == {("mail", soon), ("hooks", other)}
@@ -72,7 +56,7 @@ def test_each_message_within_the_horizon_is_warned_once(received, caplog) -> Non
 
 
 def test_the_expiry_time_is_first_failure_plus_the_age_limit(received) -> None:
-    key = park("mail", days_ago=28, seq=1)
+    key = park_aged("mail", days_ago=28, seq=1)
     expiry.warn_expiring()
     [warning] = received
     [item] = [q for q in queue.fetch_failed_msgs("mail") if q.key == key]
@@ -81,7 +65,7 @@ def test_the_expiry_time_is_first_failure_plus_the_age_limit(received) -> None:
 
 
 def test_warnings_of_rows_gone_are_forgotten(received) -> None:
-    key = park("mail", days_ago=28, seq=1)
+    key = park_aged("mail", days_ago=28, seq=1)
     expiry.warn_expiring()
     assert ExpiryWarning.objects.count() == 1
     queue.dequeue(key)
@@ -90,7 +74,7 @@ def test_warnings_of_rows_gone_are_forgotten(received) -> None:
 
 
 def test_only_the_chosen_queues(received) -> None:
-    park("mail", days_ago=28, seq=1)
-    park("hooks", days_ago=28, seq=1)
+    park_aged("mail", days_ago=28, seq=1)
+    park_aged("hooks", days_ago=28, seq=1)
     assert expiry.warn_expiring(["hooks"]) == 1
     assert [r["sender"] for r in received] == ["hooks"]

@@ -7,35 +7,17 @@ import sys
 from datetime import timedelta
 
 import pytest
-from django.db import connection
 from django.urls import include, path, reverse
 from prometheus_client.parser import text_string_to_metric_families
 
 from deadletter import queue
-from deadletter.wire import codec, keys
-from deadletter.wire.gotime import GoTime
-from deadletter.wire.messages import Message
-from tests.conftest import REPO
+from tests.factories import REPO, insert_at, park_aged
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.urls(__name__)]
 
 urlpatterns = [path("ops/", include("deadletter.urls"))]
 
 TOKEN = "s3cret-token"
-DAY = 86_400 * 10**9
-
-
-def park(name: str, days_ago: float, attempts: int = 0, *, seq: int = 1) -> bytes:
-    now = GoTime.now().unix_ns
-    at = now - int(days_ago * DAY)
-    extra = {"Attempts": attempts} if attempts else {}
-    key = keys.make_key(name, at, seq)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "INSERT INTO deadletter_queuedmessage (key, value) VALUES (%s, %s)",
-            (key, codec.encode_one(Message(subject="s", queued_at=GoTime(at), extra=extra))),
-        )
-    return key
 
 
 def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -70,10 +52,10 @@ def test_the_scrape_parses_and_holds_the_figures(client, settings) -> None:
     settings.DEADLETTER_METRICS_TOKEN = TOKEN
     settings.DEADLETTER_MAX_QUEUE_AGE = timedelta(days=30)
     settings.DEADLETTER_EXPIRY_WARNING = None
-    park("mail", days_ago=29.5, attempts=2, seq=1)
-    park("mail", days_ago=2, seq=2)
-    park("mail", days_ago=1, attempts=12, seq=3)
-    corrupt = park("hooks", days_ago=1)
+    park_aged("mail", days_ago=29.5, attempts=2, seq=1)
+    park_aged("mail", days_ago=2, seq=2)
+    park_aged("mail", days_ago=1, attempts=12, seq=3)
+    corrupt = park_aged("hooks", days_ago=1)
     queue.drop_msg(corrupt, None, "permanent")
     response = scrape(client)
     assert response.status_code == 200
@@ -103,9 +85,9 @@ def test_the_scrape_parses_and_holds_the_figures(client, settings) -> None:
 def test_expired_drops_show_in_the_scrape(client, settings) -> None:
     settings.DEADLETTER_METRICS_TOKEN = TOKEN
     settings.DEADLETTER_MAX_QUEUE_AGE = timedelta(days=30)
-    park("mail", days_ago=31, seq=1)
-    park("mail", days_ago=40, seq=2)
-    park("mail", days_ago=1, seq=3)
+    park_aged("mail", days_ago=31, seq=1)
+    park_aged("mail", days_ago=40, seq=2)
+    park_aged("mail", days_ago=1, seq=3)
     assert len(queue.fetch_failed_msgs("mail")) == 1
     got = samples(scrape(client).content.decode())
     dropped = ("deadletter_dropped_total", (("queue", "mail"), ("reason", "expired")))
@@ -116,12 +98,8 @@ def test_expired_drops_show_in_the_scrape(client, settings) -> None:
 def test_counters_survive_a_restart(settings, subprocess_env) -> None:
     # Dropped in one process, read by another that starts afterwards.
     settings.DEADLETTER_MAX_QUEUE_AGE = timedelta(days=30)
-    park("mail", days_ago=45, seq=1)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "INSERT INTO deadletter_queuedmessage (key, value) VALUES (%s, %s)",
-            (keys.make_key("mail", 5, 2), b"\xff garbage"),
-        )
+    park_aged("mail", days_ago=45, seq=1)
+    insert_at("mail", 5, 2, b"\xff garbage")
     assert queue.fetch_failed_msgs("mail") == []
     out = subprocess.run(
         [sys.executable, str(REPO / "manage.py"), "deadletter_stats", "--format", "prometheus"],

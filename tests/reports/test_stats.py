@@ -5,29 +5,17 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from django.db import connection
 
 from deadletter import queue
 from deadletter.models import DropCount
 from deadletter.reports import stats, summaries
-from deadletter.wire import codec, keys
 from deadletter.wire.gotime import GoTime
 from deadletter.wire.messages import Message
+from tests.factories import DAY, insert_at
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-DAY = 86_400 * 10**9
 NOW = 1_800_000_000 * 10**9  # 2027-01-15
-
-
-def insert(name: str, time_ns: int, seq: int, msg: Message | bytes) -> bytes:
-    key = keys.make_key(name, time_ns, seq)
-    value = msg if isinstance(msg, bytes) else codec.encode_one(msg)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "INSERT INTO deadletter_queuedmessage (key, value) VALUES (%s, %s)", (key, value)
-        )
-    return key
 
 
 def failed(days_ago: float, attempts: int = 0) -> Message:
@@ -36,8 +24,8 @@ def failed(days_ago: float, attempts: int = 0) -> Message:
 
 
 def test_depth_and_oldest_ages_come_from_the_head() -> None:
-    insert("mail", NOW - 2 * DAY, 1, failed(days_ago=5))
-    insert("mail", NOW - DAY, 2, failed(days_ago=1))
+    insert_at("mail", NOW - 2 * DAY, 1, failed(days_ago=5))
+    insert_at("mail", NOW - DAY, 2, failed(days_ago=1))
     [mail] = stats.collect(now_ns=NOW).queues
     assert mail.name == "mail"
     assert mail.depth == 2
@@ -48,8 +36,8 @@ def test_depth_and_oldest_ages_come_from_the_head() -> None:
 
 def test_the_figures_agree_with_the_api_summaries() -> None:
     for i in range(7):
-        insert("a", NOW - DAY + i, i, failed(days_ago=3))
-    insert("b", NOW - 5, 1, failed(days_ago=0.5))
+        insert_at("a", NOW - DAY + i, i, failed(days_ago=3))
+    insert_at("b", NOW - 5, 1, failed(days_ago=0.5))
     figures = {q.name: q for q in stats.collect(now_ns=NOW).queues}
     for status in summaries.queue_statuses():
         assert figures[status.name].depth == status.depth
@@ -69,7 +57,7 @@ def test_expiring_counts_messages_the_age_limit_drops_within_the_horizon(
 ) -> None:
     settings.DEADLETTER_MAX_QUEUE_AGE = timedelta(days=30)
     for i, age in enumerate(ages_in_days):
-        insert("q", NOW - int(age * DAY), i, failed(days_ago=age))
+        insert_at("q", NOW - int(age * DAY), i, failed(days_ago=age))
     [q] = stats.collect(horizon=timedelta(days=1), now_ns=NOW).queues
     assert q.expiring == expiring
     assert q.expiring_complete
@@ -79,8 +67,8 @@ def test_expiring_stops_at_rows_parked_after_the_horizon(settings) -> None:
     # A remainder parked again yesterday keeps its first-failure time: the stated rule
     # counts it once its key is that old, and reads nothing past the horizon.
     settings.DEADLETTER_MAX_QUEUE_AGE = timedelta(days=30)
-    insert("q", NOW - 29 * DAY - DAY // 2, 1, failed(days_ago=29.5))
-    insert("q", NOW - DAY, 2, failed(days_ago=29.5))
+    insert_at("q", NOW - 29 * DAY - DAY // 2, 1, failed(days_ago=29.5))
+    insert_at("q", NOW - DAY, 2, failed(days_ago=29.5))
     [q] = stats.collect(horizon=timedelta(days=1), now_ns=NOW).queues
     assert q.expiring == 1
 
@@ -89,23 +77,23 @@ def test_expiring_scan_is_bounded_and_says_so(monkeypatch, settings) -> None:
     settings.DEADLETTER_MAX_QUEUE_AGE = timedelta(days=30)
     monkeypatch.setattr(stats, "EXPIRING_SCAN_LIMIT", 3)
     for i in range(5):
-        insert("q", NOW - 40 * DAY + i, i, failed(days_ago=40))
+        insert_at("q", NOW - 40 * DAY + i, i, failed(days_ago=40))
     [q] = stats.collect(now_ns=NOW).queues
     assert (q.expiring, q.expiring_complete) == (3, False)
 
 
 def test_attempts_histogram_buckets_each_message() -> None:
     for i, attempts in enumerate([0, 0, 1, 2, 3, 4, 5, 7, 10, 11, 50]):
-        insert("q", NOW - 100 + i, i, failed(days_ago=1, attempts=attempts))
+        insert_at("q", NOW - 100 + i, i, failed(days_ago=1, attempts=attempts))
     [q] = stats.collect(now_ns=NOW).queues
     assert q.attempts == {"0": 2, "1": 1, "2": 1, "3": 1, "4-5": 2, "6-10": 2, "11+": 2}
     assert q.attempts_rows == 11
 
 
 def test_attempts_sample_reads_only_the_oldest_rows() -> None:
-    insert("q", NOW - 100, 1, failed(days_ago=1, attempts=9))
+    insert_at("q", NOW - 100, 1, failed(days_ago=1, attempts=9))
     for i in range(2, 6):
-        insert("q", NOW - 100 + i, i, failed(days_ago=1))
+        insert_at("q", NOW - 100 + i, i, failed(days_ago=1))
     [q] = stats.collect(attempts_sample=2, now_ns=NOW).queues
     assert q.attempts_rows == 2
     assert (q.attempts["6-10"], q.attempts["0"]) == (1, 1)
@@ -114,7 +102,7 @@ def test_attempts_sample_reads_only_the_oldest_rows() -> None:
 
 
 def test_drops_are_counted_by_reason_and_kept_for_empty_queues() -> None:
-    key = insert("gone", NOW, 1, failed(days_ago=1))
+    key = insert_at("gone", NOW, 1, failed(days_ago=1))
     assert queue.drop_msg(key, None, "permanent")
     DropCount.objects.create(queue="gone", reason="expired", count=4)
     [gone] = stats.collect(now_ns=NOW).queues
@@ -124,11 +112,11 @@ def test_drops_are_counted_by_reason_and_kept_for_empty_queues() -> None:
 
 def test_totals_add_up_the_queues(settings) -> None:
     settings.DEADLETTER_MAX_QUEUE_AGE = timedelta(days=30)
-    insert("a", NOW - 3 * DAY, 1, failed(days_ago=3, attempts=1))
-    insert("a", NOW - 3 * DAY + 1, 2, failed(days_ago=2))
-    insert("c", NOW - 29 * DAY - DAY // 2, 1, failed(days_ago=29.9))
-    insert("b", NOW - DAY, 1, failed(days_ago=2))
-    insert("b", NOW - 5, 2, b"\xff")
+    insert_at("a", NOW - 3 * DAY, 1, failed(days_ago=3, attempts=1))
+    insert_at("a", NOW - 3 * DAY + 1, 2, failed(days_ago=2))
+    insert_at("c", NOW - 29 * DAY - DAY // 2, 1, failed(days_ago=29.9))
+    insert_at("b", NOW - DAY, 1, failed(days_ago=2))
+    insert_at("b", NOW - 5, 2, b"\xff")
     DropCount.objects.create(queue="b", reason="corrupt", count=2)
     figures = stats.collect(now_ns=NOW)
     totals = figures.totals
@@ -141,8 +129,8 @@ def test_totals_add_up_the_queues(settings) -> None:
 
 
 def test_chosen_queues_only_and_an_absent_one_is_empty() -> None:
-    insert("a", NOW, 1, failed(days_ago=1))
-    insert("b", NOW, 1, failed(days_ago=1))
+    insert_at("a", NOW, 1, failed(days_ago=1))
+    insert_at("b", NOW, 1, failed(days_ago=1))
     figures = stats.collect(["b", "nothing"], now_ns=NOW)
     assert [(q.name, q.depth) for q in figures.queues] == [("b", 1), ("nothing", 0)]
     assert figures.queues[1].oldest_enqueued_age is None
@@ -161,7 +149,7 @@ def test_as_dict_is_plain_json_with_go_times() -> None:
     import json
 
     msg = Message(queued_at=GoTime.parse("2026-12-01T10:00:00.123456789+01:00"))
-    insert("q", NOW - 10**9, 1, msg)
+    insert_at("q", NOW - 10**9, 1, msg)
     data = json.loads(json.dumps(stats.collect(now_ns=NOW).as_dict()))
     [q] = data["queues"]
     assert q["oldest_queued_at"] == "2026-12-01T10:00:00.123456789+01:00"

@@ -3,21 +3,14 @@
 from __future__ import annotations
 
 import pytest
-from django.db import connection
 
 from deadletter.reports import summaries
 from deadletter.wire import codec, keys
 from deadletter.wire.gotime import GoTime
 from deadletter.wire.messages import Message
+from tests.factories import insert
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def insert(key: bytes, value: bytes) -> None:
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "INSERT INTO deadletter_queuedmessage (key, value) VALUES (%s, %s)", (key, value)
-        )
 
 
 def fill(layout: dict[str, int]) -> None:

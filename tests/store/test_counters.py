@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from django.db import connection, transaction
+from django.db import transaction
 
 from deadletter import queue
 from deadletter.models import DropCount
@@ -14,17 +14,9 @@ from deadletter.store.counters import drop_counts, record_drop
 from deadletter.wire import codec, keys
 from deadletter.wire.gotime import GoTime
 from deadletter.wire.messages import Message
+from tests.factories import DAY, insert
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-DAY = 86_400 * 10**9
-
-
-def insert(key: bytes, value: bytes) -> None:
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "INSERT INTO deadletter_queuedmessage (key, value) VALUES (%s, %s)", (key, value)
-        )
 
 
 def aged(days_ago: float, subject: str = "s") -> Message:

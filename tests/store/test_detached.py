@@ -11,7 +11,6 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,9 +26,9 @@ from deadletter.queue import fetch_failed_msgs, store_failed_msgs
 from deadletter.store import detached, spool
 from deadletter.wire import keys
 from deadletter.wire.messages import Message
+from tests.factories import REPO, parked
 
 OWN = "deadletter_own"
-REPO = Path(__file__).resolve().parents[2]
 
 
 class DeliveryFailed(Exception):
@@ -48,10 +47,6 @@ def park_and_reraise(request: HttpRequest) -> HttpResponse:
 
 
 urlpatterns = [path("park/", park_and_reraise)]
-
-
-def subjects(queue: str = "q") -> list[str]:
-    return [q.msg.subject for q in fetch_failed_msgs(queue)]
 
 
 def rows_of(queue: str, alias: str = "default") -> int:
@@ -119,7 +114,7 @@ def test_a_view_under_atomic_requests_that_parks_and_reraises_keeps_the_message(
 ) -> None:
     response = Client(raise_request_exception=False).get("/park/", {"subject": "order 7"})
     assert response.status_code == 500
-    assert subjects() == ["order 7"]
+    assert parked() == ["order 7"]
     assert rows_of("side-effect") == 0  # the view's own write was rolled back
 
 
@@ -130,7 +125,7 @@ def test_the_view_keeps_the_message_with_the_queue_on_its_own_database(
 ) -> None:
     response = Client(raise_request_exception=False).get("/park/", {"subject": "order 8"})
     assert response.status_code == 500
-    assert subjects() == ["order 8"]
+    assert parked() == ["order 8"]
     assert rows_of("side-effect") == 0
 
 
@@ -142,7 +137,7 @@ def test_the_view_keeps_the_message_when_the_own_database_is_atomic_too(
     monkeypatch.setitem(connections.settings[OWN], "ATOMIC_REQUESTS", True)
     response = Client(raise_request_exception=False).get("/park/", {"subject": "order 9"})
     assert response.status_code == 500
-    assert subjects() == ["order 9"]
+    assert parked() == ["order 9"]
 
 
 # --- nested atomic() ----------------------------------------------------------
@@ -153,7 +148,7 @@ def test_a_message_parked_in_nested_blocks_that_all_roll_back_is_kept() -> None:
     with pytest.raises(DeliveryFailed), transaction.atomic(), transaction.atomic():
         store_failed_msgs("q", Message(subject="inner"))
         raise DeliveryFailed
-    assert subjects() == ["inner"]
+    assert parked() == ["inner"]
 
 
 @pytest.mark.django_db(transaction=True)
@@ -163,7 +158,7 @@ def test_an_inner_rollback_inside_an_outer_commit_keeps_the_message_once() -> No
             store_failed_msgs("q", Message(subject="once"))
             raise DeliveryFailed
         store_failed_msgs("q", Message(subject="twice"))
-    assert subjects() == ["once", "twice"]
+    assert parked() == ["once", "twice"]
 
 
 @pytest.mark.django_db(transaction=True)
@@ -180,7 +175,7 @@ def test_set_rollback_does_not_take_the_message_along() -> None:
     with transaction.atomic():
         store_failed_msgs("q", Message(subject="kept"))
         transaction.set_rollback(True)
-    assert subjects() == ["kept"]
+    assert parked() == ["kept"]
 
 
 @pytest.mark.django_db(transaction=True, databases=["default", OWN])
@@ -189,7 +184,7 @@ def test_nested_blocks_on_the_queues_own_database_commit_at_once(own_database: s
         store_failed_msgs("q", Message(subject="own"))
         assert seen_from_another_connection(OWN) == 1
         raise DeliveryFailed
-    assert subjects() == ["own"]
+    assert parked() == ["own"]
 
 
 @pytest.mark.django_db(transaction=True, databases=["default", OWN])
@@ -197,7 +192,7 @@ def test_a_block_on_the_queues_own_database_itself_keeps_the_message(own_databas
     with pytest.raises(DeliveryFailed), transaction.atomic(using=OWN):
         store_failed_msgs("q", Message(subject="own block"))
         raise DeliveryFailed
-    assert subjects() == ["own block"]
+    assert parked() == ["own block"]
 
 
 # --- per backend ----------------------------------------------------------------
@@ -224,7 +219,7 @@ def test_on_postgresql_a_broken_callers_transaction_still_parks() -> None:
             cursor.execute("SELECT * FROM no_such_table")
         store_failed_msgs("q", Message(subject="after a failed statement"))
         raise DeliveryFailed
-    assert subjects() == ["after a failed statement"]
+    assert parked() == ["after a failed statement"]
 
 
 @pytest.mark.django_db(transaction=True)
@@ -242,7 +237,7 @@ def test_on_postgresql_the_second_connection_is_reused_and_closed_with_the_calle
     assert private.connection is raw  # no connect per parked message
     caller.close()
     assert private.connection is None
-    assert subjects() == ["one", "two"]
+    assert parked() == ["one", "two"]
 
 
 @pytest.mark.django_db(transaction=True)
@@ -275,7 +270,7 @@ def test_a_connection_closed_inside_the_transaction_still_gets_the_message() -> 
     with transaction.atomic():
         store_failed_msgs("q", Message(subject="closed"))
         connection.close()
-    assert subjects() == ["closed"]
+    assert parked() == ["closed"]
 
 
 @pytest.mark.django_db(transaction=True)
@@ -303,13 +298,13 @@ def test_inside_a_test_case_a_rolled_back_block_keeps_the_message() -> None:
     with pytest.raises(DeliveryFailed), transaction.atomic():
         store_failed_msgs("q", Message(subject="test case"))
         raise DeliveryFailed
-    assert subjects() == ["test case"]
+    assert parked() == ["test case"]
 
 
 @pytest.mark.django_db
 def test_inside_a_test_case_a_store_outside_any_block_is_seen_at_once() -> None:
     store_failed_msgs("q", Message(subject="direct"))
-    assert subjects() == ["direct"]
+    assert parked() == ["direct"]
 
 
 # --- the opposite, for a caller who wants it --------------------------------------
@@ -325,10 +320,10 @@ def test_a_caller_who_wants_the_message_tied_to_the_transaction_parks_on_commit(
     with pytest.raises(DeliveryFailed), transaction.atomic():
         transaction.on_commit(park)
         raise DeliveryFailed
-    assert subjects() == []
+    assert parked() == []
     with transaction.atomic():
         transaction.on_commit(park)
-    assert subjects() == ["only if committed"]
+    assert parked() == ["only if committed"]
     with caplog.at_level(logging.ERROR, logger="deadletter"):
         assert "not written" not in caplog.text
 
@@ -360,7 +355,7 @@ def test_a_manual_transaction_still_open_does_not_hold_the_message_back_on_postg
         transaction.rollback()
     finally:
         transaction.set_autocommit(True)
-    assert subjects() == ["seen by others"]
+    assert parked() == ["seen by others"]
 
 
 @pytest.mark.django_db(transaction=True)
@@ -374,7 +369,7 @@ def test_a_manual_commit_writes_the_message_and_the_callers_rows_alike() -> None
         transaction.rollback()
     finally:
         transaction.set_autocommit(True)
-    assert subjects() == ["first", "second"]
+    assert parked() == ["first", "second"]
     assert rows_of("side-effect") == 1
 
 

@@ -64,11 +64,7 @@ def test_a_raising_receiver_is_logged_not_raised(caplog) -> None:
 
 # --- every statement visible to Django when anyone is looking ---------------
 
-HANDLERS = {"q": "tests.store.test_sql.accept"}
-
-
-def accept(msg: object) -> None:
-    return None
+HANDLERS = {"q": "tests.factories.ok_handler"}
 
 
 class Seen:

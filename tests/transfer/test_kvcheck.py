@@ -11,11 +11,11 @@ from django.db import connection
 from deadletter.models import QueuedMessage
 from deadletter.queue import store_failed_msgs
 from deadletter.transfer import kvcheck, kvfile
+from tests.factories import REPO
 from tests.transfer.test_kvfile import make_kv, msg, row, sha256, sqlite_file
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-REPO = Path(__file__).resolve().parents[2]
 ENDLESS = (
     "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) "
     "SELECT CAST(i AS BLOB), CAST(i AS BLOB), NULL FROM n WHERE i < 0"

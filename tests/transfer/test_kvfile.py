@@ -23,10 +23,10 @@ from deadletter.transfer.kvfile.rows import BATCH
 from deadletter.wire import codec, keys
 from deadletter.wire.gotime import GoTime
 from deadletter.wire.messages import Message
+from tests.factories import REPO, table_rows
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-REPO = Path(__file__).resolve().parents[2]
 NOW = "2026-11-29T12:00:00Z"
 QUEUED = GoTime.parse("2026-11-29T11:00:00Z")
 
@@ -60,12 +60,6 @@ def row(queue: str, time_ns: int, seq: int, *messages: Message) -> tuple[bytes, 
 
 def legacy(queue: str, *messages: Message) -> tuple[bytes, bytes, None]:
     return queue.encode(), codec.encode(list(messages)), None
-
-
-def table_rows() -> list[tuple[bytes, bytes]]:
-    return sorted(
-        (bytes(k), bytes(v)) for k, v in QueuedMessage.objects.values_list("key", "value")
-    )
 
 
 def subjects(queue: str) -> list[str]:

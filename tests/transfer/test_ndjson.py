@@ -15,21 +15,9 @@ from deadletter.transfer import ndjson
 from deadletter.wire import codec, keys
 from deadletter.wire.gotime import GoTime
 from deadletter.wire.messages import Message
+from tests.factories import insert, table_rows
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def insert(key: bytes, value: bytes) -> None:
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "INSERT INTO deadletter_queuedmessage (key, value) VALUES (%s, %s)", (key, value)
-        )
-
-
-def rows() -> list[tuple[bytes, bytes]]:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT key, value FROM deadletter_queuedmessage ORDER BY key")
-        return [(bytes(k), bytes(v)) for k, v in cursor.fetchall()]
 
 
 def dumped(queues: list[str] | None = None) -> str:
@@ -103,15 +91,15 @@ def test_dump_writes_the_chosen_queues_in_key_order() -> None:
 def test_load_keeps_keys_and_a_second_load_adds_nothing(tmp_path) -> None:
     for i in range(5):
         queue.store_failed_msgs("mail", Message(subject=f"s{i}", extra={"Attempts": i}))
-    before = rows()
+    before = table_rows()
     path = tmp_path / "dump.ndjson"
     path.write_text(dumped())
     with connection.cursor() as cursor:
         cursor.execute("DELETE FROM deadletter_queuedmessage")
     assert ndjson.load(str(path)) == ndjson.Loaded(rows=5, inserted=5)
-    assert rows() == before
+    assert table_rows() == before
     assert ndjson.load(str(path)) == ndjson.Loaded(rows=5, identical=5)
-    assert rows() == before
+    assert table_rows() == before
 
 
 @pytest.mark.parametrize(
@@ -155,7 +143,7 @@ def test_a_malformed_line_is_named_and_nothing_of_the_file_loads(
     path.write_text(good * 3 + bad.replace("KEY", key) + "\n" + good)
     with pytest.raises(ndjson.LoadError, match=f"^line 4: .*{__import__('re').escape(why)}"):
         ndjson.load(str(path))
-    assert rows() == []
+    assert table_rows() == []
 
 
 def test_blank_lines_are_skipped_and_not_utf8_is_refused(tmp_path) -> None:
@@ -185,7 +173,7 @@ def test_a_row_over_the_size_limit_is_named_and_nothing_of_the_file_loads(
         ndjson.LoadError, match=r"^line 2: the row is 2,\d{3} bytes, over DEADLETTER_MAX"
     ):
         ndjson.load(str(path))
-    assert rows() == []
+    assert table_rows() == []
 
 
 def test_a_legacy_aggregate_over_the_size_limit_loads(tmp_path, settings) -> None:
@@ -195,7 +183,7 @@ def test_a_legacy_aggregate_over_the_size_limit_loads(tmp_path, settings) -> Non
     path = tmp_path / "dump.ndjson"
     path.write_text(ndjson.row_line(b"mail", value))
     assert ndjson.load(str(path)).inserted == 1
-    assert rows() == [(b"mail", value)]
+    assert table_rows() == [(b"mail", value)]
 
 
 # --- keys already queued ----------------------------------------------------------------
@@ -219,7 +207,7 @@ def test_a_key_queued_with_other_content_is_a_conflict_left_as_queued(tmp_path) 
     assert loaded == ndjson.Loaded(
         rows=3, inserted=1, identical=1, conflicting=1, conflicts=[(1, held)]
     )
-    assert dict(rows())[held] == queued
+    assert dict(table_rows())[held] == queued
 
 
 def test_a_key_twice_in_the_file_is_identical_or_a_conflict_by_its_content(
@@ -232,7 +220,7 @@ def test_a_key_twice_in_the_file_is_identical_or_a_conflict_by_its_content(
     )
     assert (loaded.inserted, loaded.identical, loaded.conflicting) == (1, 1, 2)
     assert loaded.conflicts == [(3, key), (4, key)]
-    assert rows() == [(key, codec.encode_one(Message(subject="first")))]
+    assert table_rows() == [(key, codec.encode_one(Message(subject="first")))]
 
 
 def test_only_the_first_conflicts_are_kept_and_all_are_counted(tmp_path, monkeypatch) -> None:

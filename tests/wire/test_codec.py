@@ -10,7 +10,6 @@ import textwrap
 import time
 import tracemalloc
 from datetime import UTC, datetime, timedelta, timezone
-from pathlib import Path
 from typing import Any
 
 import cbor2
@@ -22,10 +21,9 @@ from deadletter.wire import codec as codec_module
 from deadletter.wire.codec import CodecError, decode, encode, encode_one, iter_decode
 from deadletter.wire.gotime import GoTime
 from deadletter.wire.messages import EventCode, Message
+from tests.factories import FIXTURES, REPO
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "go-cbor"
 MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())
-REPO = Path(__file__).resolve().parents[2]
 
 FIELD_NAMES = (
     "Timestamp",

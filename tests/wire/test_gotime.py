@@ -5,15 +5,14 @@ import json
 import pickle
 import time
 from datetime import UTC, datetime, timedelta, timezone
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from deadletter.wire.gotime import GoOnlyTime, GoTime, _parse_any
+from tests.factories import FIXTURES
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "go-cbor"
 MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())
 
 NS = 1_000_000_000

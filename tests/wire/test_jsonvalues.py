@@ -17,6 +17,7 @@ from rest_framework.test import APIClient
 
 from deadletter.wire import keys
 from deadletter.wire.jsonvalues import from_json, to_json
+from tests.factories import insert
 
 API = "/api/deadletter"
 
@@ -115,10 +116,7 @@ def test_any_stored_value_reads_through_the_api_without_a_server_error(value: An
     client.force_authenticate(user)
     key = keys.new_key("values")
     row = cbor2.dumps([{"Subject": "s", "Value": value}])
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "INSERT INTO deadletter_queuedmessage (key, value) VALUES (%s, %s)", (key, row)
-        )
+    insert(key, row)
     try:
         for path in (
             f"{API}/messages/{key.hex()}/",

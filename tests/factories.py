@@ -1,0 +1,136 @@
+"""What many test modules build the same way: the repository's paths, rows in the
+queue table, parked messages, and the handlers a drain runs.
+
+Two ways to put a message in the queue. `insert`, `insert_at` and `park_aged` write
+a row straight into the table with raw SQL, below every check of the store: any
+key, any bytes, any age, as another writer (the Go program, an older release)
+may leave it, and with the columns of any migration state. `park` goes through
+`store_failed_msgs`, as a site's code does.
+
+Safe to import before Django is set up (the harness modules import it in child
+processes): what needs the app registry is imported inside the function using it.
+Handlers are named in settings by dotted path, e.g.
+`DEADLETTER_HANDLERS = {"q": "tests.factories.ok_handler"}`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from django.db import connection
+
+from deadletter.wire import codec, keys
+from deadletter.wire.gotime import GoTime
+from deadletter.wire.messages import Message
+
+__all__ = [
+    "DAY",
+    "FIXTURES",
+    "REPO",
+    "TABLE",
+    "failing_handler",
+    "insert",
+    "insert_at",
+    "ok_handler",
+    "park",
+    "park_aged",
+    "parked",
+    "parked_messages",
+    "table_rows",
+]
+
+REPO = Path(__file__).resolve().parents[1]
+"""The repository's root, where manage.py is: the working directory of child processes."""
+
+FIXTURES = REPO / "tests" / "fixtures" / "go-cbor"
+"""What the Go program wrote: CBOR values, its kv database, and manifest.json describing them."""
+
+DAY = 86_400 * 10**9
+"""A day in nanoseconds, the unit of a key's time and of GoTime."""
+
+TABLE = "deadletter_queuedmessage"
+"""The queue table (QueuedMessage's, named here so no model is imported)."""
+
+
+# --- raw rows ---------------------------------------------------------------------
+
+
+def insert(key: bytes, value: bytes) -> None:
+    """A raw row written straight into the queue table: `key` and `value` as given."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"INSERT INTO {TABLE} (key, value) VALUES (%s, %s)", (key, value))
+
+
+def insert_at(queue: str, time_ns: int, seq: int, value: Message | list[Message] | bytes) -> bytes:
+    """A raw row keyed as the store keys one parked in `queue` at `time_ns` (the
+    enqueue time, in nanoseconds since the epoch) with sequence number `seq`.
+    `value` is a message, or several in one row, encoded as the store encodes
+    them, or bytes written as they are. Returns the key."""
+    key = keys.make_key(queue, time_ns, seq)
+    if isinstance(value, Message):
+        value = codec.encode_one(value)
+    elif isinstance(value, list):
+        value = codec.encode(value)
+    insert(key, value)
+    return key
+
+
+def park_aged(
+    queue: str, days_ago: float, *, seq: int = 1, attempts: int = 0, subject: str | None = None
+) -> bytes:
+    """A message in `queue` parked `days_ago` days ago: its key's time and its first
+    failure (`queued_at`) both then, written as a raw row so it may be past the age
+    limit. `attempts` is what earlier deliveries counted (none recorded when 0);
+    the subject is "m<seq>" unless given. Returns the key."""
+    at = GoTime.now().unix_ns - int(days_ago * DAY)
+    extra = {"Attempts": attempts} if attempts else {}
+    msg = Message(
+        subject=f"m{seq}" if subject is None else subject, queued_at=GoTime(at), extra=extra
+    )
+    return insert_at(queue, at, seq, msg)
+
+
+def table_rows() -> list[tuple[bytes, bytes]]:
+    """Every row of the queue table as (key, value), in key order, read with raw SQL."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT key, value FROM {TABLE}")
+        return sorted((bytes(k), bytes(v)) for k, v in cursor.fetchall())
+
+
+# --- through the store --------------------------------------------------------------
+
+
+def park(*subjects: str, queue: str = "q", **fields: Any) -> list[bytes]:
+    """A message for each subject parked in `queue` with `store_failed_msgs`, in
+    order; `fields` are the other Message fields every one gets (the store stamps
+    `queued_at` with now unless it is given). Returns their keys."""
+    from deadletter.queue import store_failed_msgs
+
+    return [store_failed_msgs(queue, Message(subject=s, **fields)) for s in subjects]
+
+
+def parked(queue: str = "q") -> list[str]:
+    """The subjects `fetch_failed_msgs` reads from `queue`, oldest first."""
+    return [m.subject for m in parked_messages(queue)]
+
+
+def parked_messages(queue: str = "q") -> list[Message]:
+    """The messages `fetch_failed_msgs` reads from `queue`, oldest first."""
+    from deadletter.queue import fetch_failed_msgs
+
+    return [item.msg for item in fetch_failed_msgs(queue)]
+
+
+# --- handlers -----------------------------------------------------------------------
+
+
+def ok_handler(msg: Message) -> None:
+    """Delivers every message."""
+
+
+def failing_handler(msg: Message) -> None:
+    """Fails every delivery as an unreachable downstream does. Its text has the
+    numbers (a duration, an address) that a failure signature replaces with #:
+    "ConnectionError: timeout after # s talking to #"."""
+    raise ConnectionError("timeout after 30 s talking to 10.0.0.7:8443")
