@@ -142,7 +142,7 @@ def test_the_horizon_defaults_to_the_warning_setting(settings) -> None:
     settings.DEADLETTER_EXPIRY_WARNING = timedelta(days=3)
     assert stats.collect().horizon == timedelta(days=3)
     settings.DEADLETTER_EXPIRY_WARNING = None
-    assert stats.collect().horizon == stats.DEFAULT_HORIZON
+    assert stats.collect().horizon == summaries.DEFAULT_HORIZON
 
 
 def test_as_dict_is_plain_json_with_go_times() -> None:

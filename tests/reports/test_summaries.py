@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from deadletter.reports import summaries
-from deadletter.wire import codec, keys
+from deadletter.store import scans
+from deadletter.wire import codec, gotime, keys
 from deadletter.wire.gotime import GoTime
 from deadletter.wire.messages import Message
 from tests.factories import insert
@@ -35,7 +36,7 @@ def fill(layout: dict[str, int]) -> None:
 )
 def test_depths_are_exact_however_the_big_queues_lie(monkeypatch, layout: dict[str, int]) -> None:
     # A probe of 3 rows makes every queue over 3 rows "big", exercising each count.
-    monkeypatch.setattr(summaries, "PROBE_ROWS", 3)
+    monkeypatch.setattr(scans, "PROBE_ROWS", 3)
     fill(layout)
     found = {s.name: s.depth for s in summaries.queue_statuses()}
     assert found == layout
@@ -50,7 +51,7 @@ def test_the_head_gives_the_oldest_times() -> None:
     [status] = summaries.queue_statuses()
     assert status.oldest_enqueued_ns == 2_000_000_000_123
     assert status.oldest_queued_at.format() == "2026-01-01T10:00:00.5+02:00"
-    now = summaries.epoch_ns(first) + 90 * 10**9
+    now = gotime.epoch_ns(first) + 90 * 10**9
     assert status.oldest_age_seconds(now) == 90.0
 
 
