@@ -20,7 +20,6 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
 
 from django.db import DatabaseError
 
@@ -30,7 +29,7 @@ from deadletter.drain.handlers import Handler, load_handlers
 from deadletter.drain.locking import QueueLock
 from deadletter.drain.outcomes import DrainReport, Outcome, configured_max_attempts, deliver
 from deadletter.drain.timeouts import HungHandlers, TimeLimit, configured_handler_timeout
-from deadletter.drain.workers import Budget, Cursor, Guard, WorkerPool
+from deadletter.drain.workers import Budget, Cursor, Guard, Worker, WorkerPool
 
 __all__ = ["PROGRESS_EVERY", "Drainer"]
 
@@ -39,7 +38,7 @@ logger = logging.getLogger("deadletter")
 PROGRESS_EVERY = 5.0
 
 
-class Drainer(WorkerPool):
+class Drainer:
     """One drain run over `queues` (every configured queue by default).
 
     Handlers and options are checked here, before any row is read, so a bad
@@ -52,6 +51,10 @@ class Drainer(WorkerPool):
     is given up on (`DEADLETTER_HANDLER_TIMEOUT` applies either way). `grace`
     is what the worker processes' `SignalGuard`s wait for the message in hand
     after a stop signal.
+
+    With `workers` above 1 a run makes a `WorkerPool` and is its `Drain`: the
+    pool forks, and in each worker calls back `enlist` and `work`, which run
+    this class's claiming loop on the pool's shared cursors and budget.
     """
 
     def __init__(
@@ -101,11 +104,10 @@ class Drainer(WorkerPool):
         self.stopped_by: str | None = None
         self._stop = threading.Event()
         self._until: dict[str, bytes | None] = {}
+        self._guard = Guard()  # no lock: one process (a worker's cursors come with theirs)
         self._cursors: dict[str, Cursor] = {}
-        self._guard = Guard()
         self._budget = Budget(limit, self._guard)
-        self._events: Any = None
-        self._parent_pid: int | None = None
+        self._worker: Worker | None = None
         self._next_at = 0.0
         self._progress_at = 0.0
 
@@ -116,6 +118,10 @@ class Drainer(WorkerPool):
         if not self._stop.is_set():
             self.stopped_by = reason
             self._stop.set()
+
+    def stopping(self) -> bool:
+        """Whether the run was asked to stop (a pool passes it on to its workers)."""
+        return self._stop.is_set()
 
     def pending(self) -> int | None:
         """Rows the run would visit now: a progress bar's total (None if unknown)."""
@@ -178,6 +184,46 @@ class Drainer(WorkerPool):
                 report.aborted_by,
             )
         return report
+
+    def _run_workers(self, report: DrainReport) -> None:
+        """The run in `workers` forked processes, each claiming rows up to the
+        tails noted here, before the fork."""
+        if not self._snapshot(report):
+            return
+        pool = WorkerPool(
+            self, queues=self.queues, workers=self.workers, limit=self.limit, grace=self.grace
+        )
+        pool.run(report)
+
+    # -- a worker process's share (called by its WorkerPool)
+
+    def enlist(self, worker: Worker) -> None:
+        """Become one worker of the pool, in the forked process: stop and pacing
+        start afresh, claims go through the pool's shared cursors and budget,
+        outcomes to the parent over the worker's pipe."""
+        self._stop = threading.Event()
+        self.stopped_by = None
+        self._worker = worker
+        self._cursors = worker.cursors
+        self._budget = worker.budget
+        self._next_at = 0.0
+
+    def work(self, report: DrainReport) -> None:
+        """A worker's share of the run: `_run_here` with the parent's snapshot of
+        each queue's tail, checking for a stop (or a lost parent) between queues."""
+        for name in self.queues:
+            if not self._may_go_on():
+                return
+            until = self._until.get(name)
+            if until is None:
+                continue
+            try:
+                self._drain_claiming(name, self.handlers[name][1], until, report)
+            except DatabaseError:
+                logger.exception("drain of a queue failed queue=%s", name)
+                report.errors += 1
+
+    # -- the loops
 
     def _snapshot(self, report: DrainReport) -> bool:
         """Note each queue's newest key: the run stops there."""
@@ -283,7 +329,7 @@ class Drainer(WorkerPool):
         if self._limit.spent():
             self.stop("time budget")
             return False
-        if self._parent_pid is not None and os.getppid() != self._parent_pid:
+        if self._worker is not None and self._worker.orphaned():
             logger.warning("drain worker lost its parent; stopping pid=%s", os.getpid())
             self.stop("parent gone")
             return False
@@ -308,10 +354,10 @@ class Drainer(WorkerPool):
 
     def _record(self, report: DrainReport, outcome: Outcome) -> None:
         report.add(outcome)
-        self._notify(outcome)
+        self.notify(outcome)
         if self._limit.spent():  # the budget ran out on this message: say so
             self.stop("time budget")
-        if self.log_progress and self._events is None:
+        if self.log_progress and self._worker is None:
             now = time.monotonic()
             if now >= self._progress_at:
                 self._progress_at = now + PROGRESS_EVERY
@@ -324,9 +370,11 @@ class Drainer(WorkerPool):
                     sum(report.dropped.values()),
                 )
 
-    def _notify(self, outcome: Outcome) -> None:
-        if self._events is not None:
-            self._send(("outcome", outcome.value))
+    def notify(self, outcome: Outcome) -> None:
+        """One settled message, to `on_outcome`: in a worker by way of the
+        parent, whose pool calls this again there with what the worker sent."""
+        if self._worker is not None:
+            self._worker.report_outcome(outcome)
         elif self.on_outcome is not None:
             self.on_outcome(outcome)
 
@@ -337,6 +385,6 @@ class Drainer(WorkerPool):
         def on_drop(dropped: queue.Dropped) -> None:
             outcome = Outcome(str(dropped.reason))
             report.add(outcome)
-            self._notify(outcome)
+            self.notify(outcome)
 
         return on_drop

@@ -1,6 +1,10 @@
 """Worker processes (PostgreSQL): `workers` forked processes claim rows side by
 side, sharing the run's position in each queue and its `--limit` budget in
 shared memory under an flock, and report to the parent over pipes.
+
+`run.Drainer` makes a `WorkerPool` for a run with workers and hands it itself
+as a `Drain`: the pool forks and watches, and each worker runs the drainer's
+claiming loop through its `Worker` (shared position, budget, pipe).
 """
 
 from __future__ import annotations
@@ -13,13 +17,14 @@ import os
 import pickle
 import signal
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from multiprocessing import connection as mp_connection
-from typing import Any
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
+from typing import Any, Protocol, cast
 
-from django.db import DatabaseError, connections
+from django.db import connections
 
 from deadletter import queue
 from deadletter.drain.errors import DrainAborted
@@ -27,7 +32,7 @@ from deadletter.drain.outcomes import DrainReport, Outcome
 from deadletter.drain.stopping import SignalGuard
 from deadletter.wire import keys
 
-__all__ = ["Budget", "Cursor", "Guard", "WorkerPool"]
+__all__ = ["ABORT", "Budget", "Cursor", "Drain", "Guard", "Worker", "WorkerPool"]
 
 logger = logging.getLogger("deadletter")
 
@@ -135,121 +140,64 @@ class Budget:
             self._add(-1)
 
 
-class WorkerPool:
-    """The worker-process half of `Drainer` (a mixin): forking, reporting, the
-    worker's own loop. It relies on the run loop's state and `_drain_claiming`."""
+class Drain(Protocol):
+    """The calls a `WorkerPool` makes back on the drain it works for (`run.Drainer`).
 
-    queues: list[str]
-    handlers: dict[str, tuple[str, Any]]
-    workers: int
-    limit: int | None
-    grace: float | None
-    stopped_by: str | None
-    on_outcome: Callable[[Outcome], None] | None
-    _stop: threading.Event
-    _until: dict[str, bytes | None]
-    _cursors: dict[str, Cursor]
-    _guard: Guard
-    _budget: Budget
-    _events: Any
-    _parent_pid: int | None
-    _next_at: float
+    A protocol rather than an import, so `workers` stays below `run`: the run
+    loop owns the pool, never the other way round.
+    """
 
-    def stop(self, reason: str = "stop") -> None:
-        raise NotImplementedError
+    @property
+    def stopped_by(self) -> str | None: ...
 
-    def _snapshot(self, report: DrainReport) -> bool:
-        raise NotImplementedError
+    def stop(self, reason: str = ...) -> None: ...
 
-    def _may_go_on(self) -> bool:
-        raise NotImplementedError
+    def stopping(self) -> bool: ...
 
-    def _drain_claiming(self, name: str, handler: Any, until: bytes, report: DrainReport) -> None:
-        raise NotImplementedError
+    def notify(self, outcome: Outcome) -> None: ...
 
-    # -- worker processes (PostgreSQL)
+    def enlist(self, worker: Worker) -> None: ...
 
-    def _run_workers(self, report: DrainReport) -> None:
-        """Fork `workers` processes that claim rows side by side; each reports
-        over its own pipe (no lock shared with a worker that may be killed)."""
-        ctx = multiprocessing.get_context("fork")
-        fd, guard_path = tempfile.mkstemp(prefix="deadletter-drain-", suffix=".lock")
-        os.close(fd)
-        try:
-            self._guard = Guard(guard_path)
-            if not self._snapshot(report):
-                return
-            self._cursors = {name: Cursor(self._guard, ctx) for name in self.queues}
-            self._budget = Budget(self.limit, self._guard, ctx)
-            connections.close_all()  # a forked worker must not share the parent's socket
-            parent = os.getpid()
-            procs: list[Any] = []
-            readers: dict[Any, Any] = {}
-            for index in range(self.workers):
-                reader, writer = ctx.Pipe(duplex=False)
-                proc = ctx.Process(
-                    target=self._worker_main,
-                    args=(index, writer, parent),
-                    name=f"deadletter-drain-{index}",
-                )
-                proc.start()
-                writer.close()  # EOF on the reader once the worker is gone
-                procs.append(proc)
-                readers[reader] = proc
-            logger.info("drain workers started pids=%s", ",".join(str(p.pid) for p in procs))
-            told = False
-            try:
-                while readers:
-                    if self._stop.is_set() and not told:
-                        told = self._signal_workers(procs)
-                    for conn in mp_connection.wait(list(readers), timeout=0.2):
-                        self._read(conn, readers, report)
-            except DrainAborted:
-                if not told:
-                    self._signal_workers(procs)
-                self._signal_workers(procs, ABORT)
-                deadline = time.monotonic() + 30
-                while readers and time.monotonic() < deadline:
-                    for conn in mp_connection.wait(list(readers), timeout=0.2):
-                        self._read(conn, readers, report)
-                raise
-            finally:
-                for proc in procs:
-                    proc.join(timeout=10)
-                    if proc.exitcode != 0:
-                        logger.error(
-                            "drain worker died pid=%s exitcode=%s", proc.pid, proc.exitcode
-                        )
-                        report.errors += 1
-        finally:
-            os.unlink(guard_path)
+    def work(self, report: DrainReport) -> None: ...
 
-    def _signal_workers(self, procs: Sequence[Any], signum: int = signal.SIGTERM) -> bool:
-        """SIGTERM asks each worker to stop after the message in hand; `ABORT`
-        aborts it at once. Two signals of one kind sent close together can reach
-        a worker as one (one pending slot a signal), so the abort has its own."""
-        for proc in procs:
-            if proc.is_alive() and proc.pid is not None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(proc.pid, signum)
-        return True
 
-    def _read(self, conn: Any, readers: dict[Any, Any], report: DrainReport) -> None:
-        try:
-            kind, payload = conn.recv()
-        except (EOFError, OSError, pickle.UnpicklingError):  # a worker ended, maybe mid-message
-            del readers[conn]
-            conn.close()
-            return
-        if kind == "outcome":
-            if self.on_outcome is not None:
-                self.on_outcome(Outcome(payload))
-        elif kind == "report":
-            report.merge(payload)
+class Worker:
+    """One worker process's end of the pool: the run's shared position and
+    budget it claims through, and the pipe it reports on to its parent.
+
+    Made in the parent before the fork; only the child uses it.
+    """
+
+    def __init__(
+        self,
+        index: int,
+        events: Connection[Any, Any],
+        parent_pid: int,
+        cursors: dict[str, Cursor],
+        budget: Budget,
+    ) -> None:
+        self.index = index
+        self.cursors = cursors
+        self.budget = budget
+        self._events = events
+        self._parent_pid = parent_pid
+
+    def orphaned(self) -> bool:
+        """The parent is gone (the worker was re-parented): nobody reads its reports."""
+        return os.getppid() != self._parent_pid
+
+    def report_outcome(self, outcome: Outcome) -> None:
+        """One settled message, for the parent's `on_outcome` (a progress bar)."""
+        self._send(("outcome", outcome.value))
+
+    def finish(self, report: DrainReport) -> None:
+        """The worker's report, last on its pipe; the pipe's EOF tells the parent it is done."""
+        self._send(("report", report.as_dict()))
+        self._events.close()
 
     def _send(self, message: tuple[str, Any]) -> None:
         """Report to the parent with SIGTERM held back, so an abort never cuts a
-        message in half; a parent that is gone is noticed by `_may_go_on`."""
+        message in half; a parent that is gone is noticed by `orphaned`."""
         held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, ABORT})
         try:
             self._events.send(message)
@@ -258,43 +206,138 @@ class WorkerPool:
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
-    def _worker_main(self, index: int, events: Any, parent_pid: int) -> None:
+
+class WorkerPool:
+    """The forked worker processes of one drain run (PostgreSQL): it forks them,
+    passes the drain's stop on to them, merges their reports into the run's.
+
+    The pool owns what the workers share (the flock guard, a cursor a queue,
+    the `--limit` budget, all in shared memory), the pipes and the processes;
+    the drain it is given does the claiming, in each worker (`Drain.work`).
+    """
+
+    def __init__(
+        self,
+        drain: Drain,
+        *,
+        queues: Sequence[str],
+        workers: int,
+        limit: int | None,
+        grace: float | None,
+    ) -> None:
+        self._drain = drain
+        self._queues = list(queues)
+        self._count = workers
+        self._limit = limit
+        self._grace = grace
+        self._ctx = multiprocessing.get_context("fork")
+        self._procs: list[BaseProcess] = []
+        self._readers: dict[Connection[Any, Any], BaseProcess] = {}
+
+    # -- the parent
+
+    def run(self, report: DrainReport) -> None:
+        """Fork the workers, which claim rows side by side below the tails the
+        drain noted; each reports over its own pipe (no lock shared with a
+        worker that may be killed). Returns when every worker has ended."""
+        fd, guard_path = tempfile.mkstemp(prefix="deadletter-drain-", suffix=".lock")
+        os.close(fd)
+        try:
+            guard = Guard(guard_path)
+            cursors = {name: Cursor(guard, self._ctx) for name in self._queues}
+            budget = Budget(self._limit, guard, self._ctx)
+            connections.close_all()  # a forked worker must not share the parent's socket
+            self._start(cursors, budget)
+            self._watch(report)
+        finally:
+            os.unlink(guard_path)
+
+    def _start(self, cursors: dict[str, Cursor], budget: Budget) -> None:
+        parent = os.getpid()
+        for index in range(self._count):
+            reader, writer = self._ctx.Pipe(duplex=False)
+            worker = Worker(index, writer, parent, cursors, budget)
+            proc = self._ctx.Process(
+                target=self._worker_main, args=(worker,), name=f"deadletter-drain-{index}"
+            )
+            proc.start()
+            writer.close()  # EOF on the reader once the worker is gone
+            self._procs.append(proc)
+            self._readers[reader] = proc
+        logger.info("drain workers started pids=%s", ",".join(str(p.pid) for p in self._procs))
+
+    def _watch(self, report: DrainReport) -> None:
+        """Read the workers until each pipe is closed; a stop is passed on once,
+        an abort of the parent (`DrainAborted`) aborts them and waits 30 s for
+        their reports; a worker that did not exit cleanly counts as an error."""
+        told = False
+        try:
+            while self._readers:
+                if self._drain.stopping() and not told:
+                    told = self._signal_workers()
+                self._read_ready(report)
+        except DrainAborted:
+            if not told:
+                self._signal_workers()
+            self._signal_workers(ABORT)
+            deadline = time.monotonic() + 30
+            while self._readers and time.monotonic() < deadline:
+                self._read_ready(report)
+            raise
+        finally:
+            for proc in self._procs:
+                proc.join(timeout=10)
+                if proc.exitcode != 0:
+                    logger.error("drain worker died pid=%s exitcode=%s", proc.pid, proc.exitcode)
+                    report.errors += 1
+
+    def _signal_workers(self, signum: int = signal.SIGTERM) -> bool:
+        """SIGTERM asks each worker to stop after the message in hand; `ABORT`
+        aborts it at once. Two signals of one kind sent close together can reach
+        a worker as one (one pending slot a signal), so the abort has its own."""
+        for proc in self._procs:
+            if proc.is_alive() and proc.pid is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(proc.pid, signum)
+        return True
+
+    def _read_ready(self, report: DrainReport) -> None:
+        """What the workers sent in the next 0.2 s (the stop check's period)."""
+        for conn in mp_connection.wait(list(self._readers), timeout=0.2):
+            self._read(cast("Connection[Any, Any]", conn), report)  # one of those it was given
+
+    def _read(self, conn: Connection[Any, Any], report: DrainReport) -> None:
+        try:
+            kind, payload = conn.recv()
+        except (EOFError, OSError, pickle.UnpicklingError):  # a worker ended, maybe mid-message
+            del self._readers[conn]
+            conn.close()
+            return
+        if kind == "outcome":
+            self._drain.notify(Outcome(payload))
+        elif kind == "report":
+            report.merge(payload)
+
+    # -- a worker process
+
+    def _worker_main(self, worker: Worker) -> None:
         """A worker process: SIGINT is left to the parent (which passes a stop on
         as SIGTERM), so one Ctrl-C on a terminal is not counted twice; a stop
         waits `grace` for the message in hand, as the parent does."""
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(ABORT, _abort)
-        self._stop = threading.Event()
-        self.stopped_by = None
-        self._events = events
-        self._parent_pid = parent_pid
-        self._next_at = 0.0
-        report = DrainReport(queues=list(self.queues), workers=1)
+        self._drain.enlist(worker)
+        report = DrainReport(queues=list(self._queues), workers=1)
         try:
-            with SignalGuard(self, (signal.SIGTERM,), grace=self.grace):
+            with SignalGuard(self._drain, (signal.SIGTERM,), grace=self._grace):
                 try:
-                    self._run_bounded(report)
+                    self._drain.work(report)
                 except DrainAborted as exc:
                     report.aborted_by = exc.signame
         except Exception:
-            logger.exception("drain worker failed index=%s", index)
+            logger.exception("drain worker failed index=%s", worker.index)
             report.errors += 1
         finally:
-            report.stopped_by = self.stopped_by
-            self._send(("report", report.as_dict()))
-            events.close()
+            report.stopped_by = self._drain.stopped_by
+            worker.finish(report)
             connections.close_all()
-
-    def _run_bounded(self, report: DrainReport) -> None:
-        """`_run_here` with the parent's snapshot of each queue's tail."""
-        for name in self.queues:
-            if not self._may_go_on():
-                return
-            until = self._until.get(name)
-            if until is None:
-                continue
-            try:
-                self._drain_claiming(name, self.handlers[name][1], until, report)
-            except DatabaseError:
-                logger.exception("drain of a queue failed queue=%s", name)
-                report.errors += 1
