@@ -25,7 +25,7 @@ from deadletter.drain import timeouts
 from deadletter.models import QueuedMessage
 from deadletter.wire import keys
 from deadletter.wire.messages import Message
-from tests import web_harness
+from tests.drain import web_harness
 from tests.drain.drain_harness import assert_only_messages_in_hand_were_delivered_twice
 from tests.factories import park, park_aged, parked, parked_messages
 
@@ -279,7 +279,7 @@ def test_a_server_killed_mid_drain_re_delivers_only_the_message_in_hand(
     finally:
         server.kill()
     assert parked("q") == ["m4", "m5"]
-    settings.DEADLETTER_HANDLERS = {"q": "tests.web_harness.recording_handler"}
+    settings.DEADLETTER_HANDLERS = {"q": "tests.drain.web_harness.recording_handler"}
     monkeypatch.setenv("DRAIN_RECORD", str(server.record))
     deadline = time.monotonic() + 60
     while parked("q"):  # on PostgreSQL the dead server's row lock lasts until its backend ends

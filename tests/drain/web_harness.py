@@ -1,7 +1,7 @@
 """Processes for the web drain's tests: a real WSGI server with ATOMIC_REQUESTS on,
 a park from another process with a short busy timeout, and the handler they run.
 
-Run as `python -m tests.web_harness serve PORT_FILE` or `... park QUEUE SUBJECT`.
+Run as `python -m tests.drain.web_harness serve PORT_FILE` or `... park QUEUE SUBJECT`.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ SERVER_SETTINGS = """\
 from project.settings import *  # noqa: F403
 DEBUG = False
 DATABASES["default"]["ATOMIC_REQUESTS"] = True  # noqa: F405
-DEADLETTER_HANDLERS = {"q": "tests.web_harness.recording_handler"}
+DEADLETTER_HANDLERS = {"q": "tests.drain.web_harness.recording_handler"}
 DEADLETTER_ADMIN_TIME_BUDGET = 300
 DEADLETTER_API_TIME_BUDGET = 300
 """
@@ -70,7 +70,7 @@ def park_elsewhere(env: dict[str, str], tmp: Path, queue: str, subject: str) -> 
     when it was stored, else what the process said (e.g. "database is locked")."""
     child = {**env, **_settings_module(tmp, "web_park_settings", PARK_SETTINGS)}
     done = subprocess.run(
-        [sys.executable, "-m", "tests.web_harness", "park", queue, subject],
+        [sys.executable, "-m", "tests.drain.web_harness", "park", queue, subject],
         cwd=REPO,
         env=child,
         capture_output=True,
@@ -97,7 +97,7 @@ class Server:
         }
         with self.log.open("w") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "tests.web_harness", "serve", str(port_file)],
+                [sys.executable, "-m", "tests.drain.web_harness", "serve", str(port_file)],
                 cwd=REPO,
                 env=child,
                 stdout=log,
