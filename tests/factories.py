@@ -15,6 +15,11 @@ Handlers are named in settings by dotted path, e.g.
 
 from __future__ import annotations
 
+import random
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +37,7 @@ __all__ = [
     "failing_handler",
     "insert",
     "insert_at",
+    "kill_manage_py",
     "ok_handler",
     "park",
     "park_aged",
@@ -134,3 +140,32 @@ def failing_handler(msg: Message) -> None:
     numbers (a duration, an address) that a failure signature replaces with #:
     "ConnectionError: timeout after # s talking to #"."""
     raise ConnectionError("timeout after 30 s talking to 10.0.0.7:8443")
+
+
+# --- crash tests -------------------------------------------------------------------
+
+
+def kill_manage_py(
+    args: list[str], env: dict[str, str], marker: str, lines: int, rng: random.Random
+) -> int:
+    """Run `manage.py ARGS` in a child; once its stderr has shown `marker` on `lines`
+    lines (or it ended), SIGKILL it after a random pause of up to 0.15 s: inside
+    the next unit of work, between two, or after the last. Returns the marked
+    lines seen, which the caller's invariant is measured against."""
+    child = subprocess.Popen(
+        [sys.executable, "manage.py", *args],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert child.stderr is not None
+    seen = 0
+    while seen < lines and (line := child.stderr.readline()):
+        seen += marker in line
+    time.sleep(rng.uniform(0, 0.15))
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    child.stderr.close()
+    return seen

@@ -2,9 +2,6 @@ from __future__ import annotations
 
 import logging
 import random
-import signal
-import subprocess
-import sys
 import time
 import tracemalloc
 from collections.abc import Iterator
@@ -21,7 +18,7 @@ from deadletter.queue import fetch_failed_msgs, legacy, store_failed_msgs
 from deadletter.wire import codec, keys
 from deadletter.wire.gotime import GoTime
 from deadletter.wire.messages import Message
-from tests.factories import REPO, insert, table_rows
+from tests.factories import REPO, insert, kill_manage_py, table_rows
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -332,28 +329,10 @@ def test_a_migration_killed_at_random_points_then_rerun_keeps_every_message_once
         with connection.cursor() as cursor:
             cursor.execute(f"DELETE FROM {TABLE}")
             cursor.executemany(f"INSERT INTO {TABLE} (key, value) VALUES (%s, %s)", fixture)
-        child = subprocess.Popen(
-            [sys.executable, "manage.py", "migrate", "deadletter", "--no-input"],
-            cwd=REPO,
-            env=subprocess_env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        assert child.stderr is not None
-        # Let a random number of queues finish, then kill at a random moment:
-        # inside one of the next split's batches, between two, or after the last.
+        # Let a random number of queues finish, then kill at a random moment.
+        args = ["migrate", "deadletter", "--no-input"]
         wait_for = rng.randrange(len(CRASH_QUEUES) + 1)
-        finished = 0
-        while finished < wait_for:
-            line = child.stderr.readline()
-            if not line:
-                break
-            finished += "split legacy row" in line
-        time.sleep(rng.uniform(0, 0.15))
-        child.send_signal(signal.SIGKILL)
-        child.wait()
-        child.stderr.close()
+        finished = kill_manage_py(args, subprocess_env, "split legacy row", wait_for, rng)
         wait_until_the_killed_client_is_gone_from_the_server()
         outcomes.append(assert_split_in_turn(fixture, expected, finished))
 

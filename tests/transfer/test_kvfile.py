@@ -3,11 +3,7 @@ from __future__ import annotations
 import hashlib
 import random
 import shutil
-import signal
 import sqlite3
-import subprocess
-import sys
-import time
 import tracemalloc
 from collections.abc import Sequence
 from pathlib import Path
@@ -23,7 +19,7 @@ from deadletter.transfer.kvfile.rows import BATCH
 from deadletter.wire import codec, keys
 from deadletter.wire.gotime import GoTime
 from deadletter.wire.messages import Message
-from tests.factories import REPO, table_rows
+from tests.factories import kill_manage_py, table_rows
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -320,25 +316,10 @@ def test_an_import_killed_at_random_points_then_rerun_writes_every_row_once(
     outcomes: list[tuple[int, int]] = []
     for _run in range(KILL_RUNS):
         QueuedMessage.objects.all().delete()
-        child = subprocess.Popen(
-            [sys.executable, "manage.py", "deadletter_import_kv", str(source)],
-            cwd=REPO,
-            env=subprocess_env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        assert child.stderr is not None
-        # A random number of queues imported, then a kill at a random moment:
-        # inside one of the next queue's batches, between two, or after the last.
+        # A random number of queues imported, then a kill at a random moment.
+        args = ["deadletter_import_kv", str(source)]
         wait_for = rng.randrange(len(KILL_QUEUES) + 1)
-        logged = 0
-        while logged < wait_for and (line := child.stderr.readline()):
-            logged += "imported queue=" in line
-        time.sleep(rng.uniform(0, 0.15))
-        child.send_signal(signal.SIGKILL)
-        child.wait()
-        child.stderr.close()
+        logged = kill_manage_py(args, subprocess_env, "imported queue=", wait_for, rng)
         outcomes.append(imported_in_turn(clean, logged))
 
         kvfile.import_kv(source)
