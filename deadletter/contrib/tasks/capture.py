@@ -57,7 +57,6 @@ logger = logging.getLogger("deadletter")
 
 QUEUE_PREFIX = "tasks."
 APP = "deadletter.contrib.tasks"
-SETTING = "DEADLETTER_CAPTURE_TASKS"
 TRACEBACK_LINES = 20
 
 # The extra keys of a parked task (Go-style names, like Attempts and LastError).
