@@ -3,7 +3,7 @@ everything to order and bound it) with its queryset for the non-hot paths, and
 the operational bookkeeping beside it (drop counters, expiry warnings).
 
 The queryset's statements are plain ORM, so every Django instrument sees
-them; the hot paths (store, dequeue, a scan's pages) stay raw SQL in `sql.py`.
+them; the hot paths (store, dequeue, a scan's pages) stay raw SQL in `store/sql.py`.
 """
 
 from __future__ import annotations
@@ -123,7 +123,7 @@ def _row(row: Any) -> tuple[bytes, bytes] | None:
 
 
 class QueuedMessage(models.Model):
-    """A parked message: `key` as in `keys.py`, `value` the Go program's CBOR.
+    """A parked message: `key` as in `wire/keys.py`, `value` the Go program's CBOR.
 
     No column repeats what the key holds: the queue and the enqueue time are
     read from the key, so a database written by the Go program imports as is.

@@ -1,1 +1,2 @@
-"""Read-only figures of the queues for operators: the overview, stats, expiry, metrics."""
+"""Read-only figures of the queues for operators: summaries (what every report
+starts from), stats, the admin's overview, expiry warnings, Prometheus metrics."""

@@ -1,1 +1,2 @@
-"""The table's plumbing: statements, the detached connection, the spool, the drop counters."""
+"""The table's plumbing, knowing no rule about messages: statements, index scans,
+the detached connection, the spool, the drop counters."""

@@ -1,7 +1,7 @@
 """The drop counters' statements: how many messages each queue lost and why
 (the tables, `DropCount` and `ExpiryWarning`, are in `models.py`).
 
-Below `queue.py` (which records a drop in the transaction that deletes the row)
+Below `queue/` (which records a drop in the transaction that deletes the row)
 and above nothing but Django's connection: plain upserts, no queue rules.
 """
 

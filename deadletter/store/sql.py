@@ -1,7 +1,7 @@
 """The queue table's SQL plumbing: the connection, statements on the driver's
 cursor, and signals sent once a row change has committed.
 
-Below `queue.py` and `legacy.py`, above the models: nothing here knows the
+Below `queue/`, above the models: nothing here knows the
 queue's rules.
 """
 
