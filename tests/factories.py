@@ -38,6 +38,7 @@ __all__ = [
     "insert",
     "insert_at",
     "kill_manage_py",
+    "manage_py",
     "ok_handler",
     "park",
     "park_aged",
@@ -140,6 +141,31 @@ def failing_handler(msg: Message) -> None:
     numbers (a duration, an address) that a failure signature replaces with #:
     "ConnectionError: timeout after # s talking to #"."""
     raise ConnectionError("timeout after 30 s talking to 10.0.0.7:8443")
+
+
+# --- manage.py in a child process --------------------------------------------------
+
+
+def manage_py(
+    *args: str,
+    env: dict[str, str],
+    input: str | None = None,
+    timeout: float = 120,
+    check: bool = False,
+) -> subprocess.CompletedProcess[str]:
+    """`python manage.py ARGS` in a child at the repository's root, as an operator
+    runs it, its output captured as text; its exit status is the caller's to
+    judge unless `check`. `timeout` is a hang guard."""
+    return subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=REPO,
+        env=env,
+        input=input,
+        capture_output=True,
+        text=True,
+        check=check,
+        timeout=timeout,
+    )
 
 
 # --- crash tests -------------------------------------------------------------------

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import subprocess
-import sys
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -13,7 +11,7 @@ from typing import Any
 import pytest
 
 from deadletter.checks import check_api_mount, check_handlers, check_settings
-from tests.factories import REPO
+from tests.factories import REPO, manage_py
 
 not_callable = 42
 
@@ -76,12 +74,11 @@ def test_manage_py_check_reports_a_handler_that_does_not_import(tmp_path: Path) 
         "from project.settings import *  # noqa: F403\n"
         "DEADLETTER_HANDLERS = {'q': 'project.demo.handlers.no_such_handler'}\n"
     )
-    result = subprocess.run(
-        [sys.executable, "manage.py", "check", "--settings", "broken_handler_settings"],
-        cwd=REPO,
+    result = manage_py(
+        "check",
+        "--settings",
+        "broken_handler_settings",
         env={"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{REPO}:{tmp_path}"},
-        capture_output=True,
-        text=True,
         timeout=60,
     )
     assert result.returncode == 1
@@ -191,12 +188,11 @@ def test_manage_py_check_reports_the_sqlite_and_api_checks(tmp_path: Path) -> No
         "DATABASES = {'default': STOCK, 'other': dict(STOCK)}\n"
         "INSTALLED_APPS = [a for a in INSTALLED_APPS if a != 'rest_framework']  # noqa: F405\n"
     )
-    result = subprocess.run(
-        [sys.executable, "manage.py", "check", "--settings", "stock_settings"],
-        cwd=REPO,
+    result = manage_py(
+        "check",
+        "--settings",
+        "stock_settings",
         env={"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{REPO}:{tmp_path}"},
-        capture_output=True,
-        text=True,
         timeout=60,
     )
     assert result.returncode == 1, result.stderr

@@ -4,8 +4,6 @@ or PostgreSQL), opted in there by DEADLETTER_CAPTURE_TASKS."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,7 +19,7 @@ from deadletter import queue
 from deadletter.contrib.tasks import framework, inflight
 from deadletter.wire.messages import Message
 from tests.contrib.contrib_tasks_env import task_settings
-from tests.factories import REPO
+from tests.factories import manage_py
 
 if framework.find() is None and django.VERSION < (6, 0):
     pytest.skip("deadletter_tasks.E001: no Tasks framework on this leg", allow_module_level=True)
@@ -65,14 +63,10 @@ def paths(tmp_path: Path) -> tuple[str, str]:
 
 def run_worker(env: dict[str, str]) -> str:
     """`manage.py db_worker --batch`: run every ready task of backend "db", then exit."""
-    done = subprocess.run(
-        [sys.executable, "manage.py", "db_worker", "--backend", "db", "--batch"]
-        + ["--no-startup-delay", "--no-reload", "--interval", "0"],
-        cwd=REPO,
+    done = manage_py(
+        *["db_worker", "--backend", "db", "--batch"],
+        *["--no-startup-delay", "--no-reload", "--interval", "0"],
         env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout + done.stderr

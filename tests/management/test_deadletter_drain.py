@@ -34,7 +34,7 @@ from tests.drain.drain_harness import (
     assert_only_messages_in_hand_were_delivered_twice,
     recorded,
 )
-from tests.factories import REPO, park, parked
+from tests.factories import REPO, manage_py, park, parked
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -141,14 +141,7 @@ def test_rate_rejects_anything_else(text: str) -> None:
 
 
 def test_usage_error_exits_two_from_the_command_line(subprocess_env: dict[str, str]) -> None:
-    result = subprocess.run(
-        [sys.executable, "manage.py", "deadletter_drain", "--rate", "fast"],
-        cwd=REPO,
-        env=subprocess_env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    result = manage_py("deadletter_drain", "--rate", "fast", env=subprocess_env, timeout=60)
     assert result.returncode == 2
     assert "not a rate" in result.stderr
 

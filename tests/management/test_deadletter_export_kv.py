@@ -1,7 +1,5 @@
 from __future__ import annotations
 
-import subprocess
-import sys
 from io import StringIO
 from pathlib import Path
 from typing import Any
@@ -11,7 +9,7 @@ from django.core.management import CommandError, call_command
 
 from deadletter.models import QueuedMessage
 from deadletter.wire import keys
-from tests.factories import REPO, park, table_rows
+from tests.factories import manage_py, park, table_rows
 from tests.transfer.test_kvfile import kv_rows, sqlite_file
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -115,14 +113,7 @@ def test_from_the_shell_bad_input_is_one_line_on_stderr_and_a_non_zero_exit(
     subprocess_env: dict[str, str], tmp_path: Path
 ) -> None:
     park("one", queue="a")
-    result = subprocess.run(
-        [sys.executable, "manage.py", "deadletter_export_kv", str(tmp_path)],
-        cwd=REPO,
-        env=subprocess_env,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    result = manage_py("deadletter_export_kv", str(tmp_path), env=subprocess_env)
     assert result.returncode != 0
     assert result.stderr.splitlines() == [
         f"CommandError: {tmp_path}: is a directory, not an SQLite file"

@@ -2,8 +2,6 @@ from __future__ import annotations
 
 import shutil
 import sqlite3
-import subprocess
-import sys
 from io import StringIO
 from pathlib import Path
 from typing import Any
@@ -16,7 +14,7 @@ from deadletter.transfer import kvfile
 from deadletter.wire import codec
 from deadletter.wire.gotime import GoTime
 from deadletter.wire.messages import Message
-from tests.factories import REPO
+from tests.factories import manage_py
 from tests.transfer.test_kvfile import sqlite_file
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -131,14 +129,7 @@ def test_from_the_shell_bad_input_is_one_line_on_stderr_and_a_non_zero_exit(
     subprocess_env: dict[str, str], tmp_path: Path
 ) -> None:
     missing = tmp_path / "missing.sqlite"
-    result = subprocess.run(
-        [sys.executable, "manage.py", "deadletter_import_kv", str(missing)],
-        cwd=REPO,
-        env=subprocess_env,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    result = manage_py("deadletter_import_kv", str(missing), env=subprocess_env)
     assert result.returncode != 0
     assert result.stderr.splitlines() == [f"CommandError: {missing}: no such file"]
     assert result.stdout == ""

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from io import StringIO
 from pathlib import Path
 
@@ -15,7 +13,7 @@ from deadletter.transfer import ndjson
 from deadletter.wire import codec, keys
 from deadletter.wire.gotime import GoTime
 from deadletter.wire.messages import Message
-from tests.factories import REPO
+from tests.factories import manage_py
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -76,13 +74,8 @@ def test_a_missing_file_is_one_clear_error(tmp_path: Path) -> None:
 
 
 def test_stdin_loads_too(tmp_path: Path, subprocess_env: dict[str, str]) -> None:
-    result = subprocess.run(
-        [sys.executable, str(REPO / "manage.py"), "deadletter_load", "-"],
-        input=line(1) + line(2),
-        env=subprocess_env,
-        capture_output=True,
-        text=True,
-        timeout=120,
+    result = manage_py(
+        "deadletter_load", "-", input=line(1) + line(2), env=subprocess_env, timeout=120
     )
     assert result.returncode == 0, result.stderr
     assert "Loaded 2 new row(s) of 2 in -" in result.stdout
@@ -97,13 +90,7 @@ def test_a_line_nested_100k_deep_is_one_line_error_and_a_non_zero_exit(
     key = key_of(9).hex()
     deep = "[" * 100_000 + "]" * 100_000
     path.write_text(line(1) + f'{{"key": "{key}", "queue": "mail", "extra": {{"x": {deep}}}}}\n')
-    result = subprocess.run(
-        [sys.executable, str(REPO / "manage.py"), "deadletter_load", str(path)],
-        env=subprocess_env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = manage_py("deadletter_load", str(path), env=subprocess_env, timeout=120)
     assert result.returncode == 1
     assert result.stderr.splitlines() == [
         f"CommandError: {path}: line 2: nested too deeply to read; nothing was loaded"

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from datetime import timedelta
 
 import pytest
@@ -11,7 +9,7 @@ from django.urls import include, path, reverse
 from prometheus_client.parser import text_string_to_metric_families
 
 from deadletter import queue
-from tests.factories import REPO, insert_at, park_aged
+from tests.factories import insert_at, manage_py, park_aged
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.urls(__name__)]
 
@@ -101,13 +99,8 @@ def test_counters_survive_a_restart(settings, subprocess_env) -> None:
     park_aged("mail", days_ago=45, seq=1)
     insert_at("mail", 5, 2, b"\xff garbage")
     assert queue.fetch_failed_msgs("mail") == []
-    out = subprocess.run(
-        [sys.executable, str(REPO / "manage.py"), "deadletter_stats", "--format", "prometheus"],
-        env=subprocess_env,
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=120,
+    out = manage_py(
+        "deadletter_stats", "--format", "prometheus", env=subprocess_env, timeout=120, check=True
     ).stdout
     got = samples(out)
     labels = lambda reason: (("queue", "mail"), ("reason", reason))  # noqa: E731

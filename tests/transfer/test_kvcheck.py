@@ -1,8 +1,6 @@
 from __future__ import annotations
 
 import sqlite3
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -11,7 +9,7 @@ from django.db import connection
 from deadletter.models import QueuedMessage
 from deadletter.queue import store_failed_msgs
 from deadletter.transfer import kvcheck, kvfile
-from tests.factories import REPO
+from tests.factories import manage_py
 from tests.transfer.test_kvfile import make_kv, msg, row, sha256, sqlite_file
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -82,15 +80,7 @@ def test_the_hostile_file_from_the_shell_is_one_line_and_a_non_zero_exit(
     subprocess_env: dict[str, str], tmp_path: Path
 ) -> None:
     path = hostile_view(tmp_path / "hostile.sqlite")
-    result = subprocess.run(
-        [sys.executable, "manage.py", "deadletter_import_kv", str(path)],
-        cwd=REPO,
-        env=subprocess_env,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,  # a hang guard: the import used to run forever
-    )
+    result = manage_py("deadletter_import_kv", str(path), env=subprocess_env)
     assert result.returncode != 0
     assert result.stderr.splitlines() == [
         f"CommandError: {path}: kv is a view, not a table (not a database of the Go program)"
