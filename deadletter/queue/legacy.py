@@ -158,18 +158,10 @@ def _freed_without_zeroing(connection: BaseDatabaseWrapper) -> Iterator[None]:
     on in their own rows, so nothing deleted is left readable that is not
     readable anyway. The connection's own setting is put back afterwards.
     """
-    if connection.vendor != "sqlite":
+    with sql.sqlite_pragma(
+        connection, "secure_delete", "FAST", restore=lambda v: "FAST" if v == 2 else str(v)
+    ):
         yield
-        return
-    with connection.cursor() as cursor:
-        cursor.execute("PRAGMA secure_delete")
-        previous = int(cursor.fetchone()[0])
-        cursor.execute("PRAGMA secure_delete = FAST")
-    try:
-        yield
-    finally:
-        with connection.cursor() as cursor:
-            cursor.execute(f"PRAGMA secure_delete = {'FAST' if previous == 2 else previous}")
 
 
 def _claim(

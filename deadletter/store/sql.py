@@ -7,6 +7,7 @@ queue's rules.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 from collections.abc import Callable, Iterator, Sequence
@@ -199,3 +200,26 @@ def iter_range(
     for rows in KeyPages(read, low, high, page):
         for k, v in rows:
             yield bytes(k), bytes(v) if v is not None else b""
+
+
+@contextlib.contextmanager
+def sqlite_pragma(
+    connection: BaseDatabaseWrapper, name: str, value: str, *, restore: Callable[[int], str] = str
+) -> Iterator[None]:
+    """`PRAGMA name = value` on SQLite for the block, the connection's own value put
+    back after (`restore` spells it, where the value reads back as a number that
+    does not set it); elsewhere nothing."""
+    if connection.vendor != "sqlite":
+        yield
+        return
+    connection.ensure_connection()
+    with connection.cursor() as cursor:
+        cursor.execute(f"PRAGMA {name}")
+        row = cursor.fetchone()
+        previous = int(row[0]) if row else 0
+        cursor.execute(f"PRAGMA {name} = {value}")
+    try:
+        yield
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(f"PRAGMA {name} = {restore(previous)}")

@@ -143,20 +143,8 @@ def _without_mmap(connection: BaseDatabaseWrapper) -> Iterator[None]:
     259 MB, of which 3 MB was the dump's own. Read through the page cache instead
     (the connection's setting is put back afterwards).
     """
-    if connection.vendor != "sqlite":
+    with sql.sqlite_pragma(connection, "mmap_size", "0"):
         yield
-        return
-    connection.ensure_connection()
-    with connection.cursor() as cursor:
-        cursor.execute("PRAGMA mmap_size")
-        row = cursor.fetchone()
-        previous = int(row[0]) if row else 0
-        cursor.execute("PRAGMA mmap_size = 0")
-    try:
-        yield
-    finally:
-        with connection.cursor() as cursor:
-            cursor.execute(f"PRAGMA mmap_size = {previous}")
 
 
 def row_line(key: bytes, value: bytes) -> str:

@@ -168,3 +168,24 @@ def test_a_statement_names_the_models_table_quoted_for_the_backend(monkeypatch) 
     assert sql.statement(connection, template) == (
         f"DELETE FROM {connection.ops.quote_name('elsewhere')} WHERE key = %s"
     )
+
+
+def _pragma(name: str) -> int:
+    with connection.cursor() as cursor:
+        cursor.execute(f"PRAGMA {name}")
+        return int(cursor.fetchone()[0])
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "inside"), [("mmap_size", "0", 0), ("secure_delete", "FAST", 2)]
+)
+def test_a_pragma_is_set_for_the_block_and_the_connections_own_value_put_back(
+    name: str, value: str, inside: int
+) -> None:
+    if connection.vendor != "sqlite":
+        pytest.skip("SQLite pragmas")
+    before = _pragma(name)
+    restore = (lambda v: "FAST" if v == 2 else str(v)) if name == "secure_delete" else str
+    with sql.sqlite_pragma(connection, name, value, restore=restore):
+        assert _pragma(name) == inside
+    assert _pragma(name) == before
