@@ -132,7 +132,7 @@ def replace_msg(key: bytes, msg: Message) -> bytes | None:
     """
     key = bytes(key)
     queue = keys.queue_of(key)
-    prefix = key.partition(keys.SEPARATOR)[0]
+    prefix = keys.prefix_of(key)
     if msg.queued_at is None:
         msg = msg.replace(queued_at=GoTime.now())
     try:
@@ -252,7 +252,7 @@ def fetch_msg(key: bytes, *, on_drop: OnDrop | None = None) -> Queued | None:
     connection = sql.connection()
     lock = connection.in_atomic_block and can_claim_rows()
     name = keys.queue_of(key)
-    prefix = key.partition(keys.SEPARATOR)[0]
+    prefix = keys.prefix_of(key)
     for _ in range(REREAD_LIMIT):
         try:
             row = _rows().locked_row(key, lock=lock)

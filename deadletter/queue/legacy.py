@@ -388,7 +388,7 @@ def fold_all_queues(connection: BaseDatabaseWrapper, table: str) -> tuple[int, i
     """`fold_queue_rows` for every queue of `table`; returns (queues folded, messages)."""
     folded = messages = 0
     for head in scans.queue_heads(connection, table):
-        name = head.partition(keys.SEPARATOR)[0]
+        name = keys.prefix_of(head)
         try:
             keys.encode_queue_name(name.decode("utf-8"))
         except (UnicodeDecodeError, ValueError):

@@ -14,23 +14,19 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable
-from datetime import UTC, datetime, timedelta
 
 from django.db import transaction
 
 from deadletter import signals
 from deadletter.conf import conf
-from deadletter.reports import summaries
 from deadletter.reports.stats import expiring_rows
-from deadletter.store import sql
+from deadletter.store import scans, sql
 from deadletter.store.counters import WARNING_TABLE
 from deadletter.wire import gotime, keys
 
 __all__ = ["warn_expiring"]
 
 logger = logging.getLogger("deadletter")
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def warn_expiring(queues: Iterable[str] | None = None, *, now_ns: int | None = None) -> int:
@@ -44,9 +40,12 @@ def warn_expiring(queues: Iterable[str] | None = None, *, now_ns: int | None = N
     max_age = conf.MAX_QUEUE_AGE
     threshold = now - gotime.duration_ns(max_age) + gotime.duration_ns(horizon)
     connection = sql.connection()
-    names = list(queues) if queues is not None else [s.name for s in summaries.queue_statuses()]
+    if queues is None:
+        names = [keys.queue_of(head) for head in scans.queue_heads(connection)]
+    else:
+        names = list(queues)
     table = sql.quoted(connection, WARNING_TABLE)
-    warned_at = _EPOCH + timedelta(microseconds=now // 1000)
+    warned_at = gotime.utc_datetime(now)
     warned = 0
     _forget_gone(connection)
     for name in names:

@@ -83,9 +83,7 @@ def queue_statuses() -> list[QueueStatus]:
     """Every queue that holds a row, in key order. Raises `DatabaseError`."""
     connection = sql.connection()
     with scans.snapshot(connection):
-        prefixes = [scans.prefix_of(head) for head in scans.queue_heads(connection)]
-        depths = scans.depths(connection, prefixes)
-        return [_status(connection, p, d) for p, d in zip(prefixes, depths, strict=True)]
+        return [_status(connection, p, d) for p, d in scans.queue_depths(connection)]
 
 
 def queue_status(name: str) -> QueueStatus:
@@ -93,7 +91,7 @@ def queue_status(name: str) -> QueueStatus:
     prefix = keys.encode_queue_name(name)
     connection = sql.connection()
     with scans.snapshot(connection):
-        return _status(connection, prefix, scans.count_range(connection, prefix, prefix + b"\x01"))
+        return _status(connection, prefix, scans.count_queue(connection, prefix))
 
 
 def _status(connection: BaseDatabaseWrapper, prefix: bytes, depth: int) -> QueueStatus:

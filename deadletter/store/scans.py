@@ -20,7 +20,15 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from deadletter.store import sql
 from deadletter.wire import keys
 
-__all__ = ["PROBE_ROWS", "count_range", "depths", "queue_heads", "snapshot"]
+__all__ = [
+    "PROBE_ROWS",
+    "count_queue",
+    "count_range",
+    "depths",
+    "queue_depths",
+    "queue_heads",
+    "snapshot",
+]
 
 # A queue with at most this many rows is counted exactly by its probe.
 PROBE_ROWS = 5000
@@ -91,11 +99,24 @@ def count_range(connection: BaseDatabaseWrapper, low: bytes, high: bytes | None)
     return int(rows[0][0])
 
 
+def count_queue(connection: BaseDatabaseWrapper, prefix: bytes) -> int:
+    """Every row of the queue `prefix` names, its legacy row included."""
+    return count_range(connection, prefix, prefix + b"\x01")
+
+
+def queue_depths(connection: BaseDatabaseWrapper) -> list[tuple[bytes, int]]:
+    """Every queue that holds a row, as (encoded name, depth), in key order, all
+    counted in one snapshot."""
+    with snapshot(connection):
+        prefixes = [keys.prefix_of(head) for head in queue_heads(connection)]
+        return list(zip(prefixes, depths(connection, prefixes), strict=True))
+
+
 def depths(connection: BaseDatabaseWrapper, prefixes: list[bytes]) -> list[int]:
     """The row count of each queue (`prefixes` in key order, disjoint ranges), by
     the arrangement in the module docstring on SQLite; call it inside `snapshot`."""
     if connection.vendor != "sqlite":
-        return [count_range(connection, p, p + b"\x01") for p in prefixes]
+        return [count_queue(connection, p) for p in prefixes]
     table = sql.quoted(connection, sql.table())
     probe = (
         f"SELECT COUNT(*) FROM (SELECT 1 FROM {table} WHERE key >= %s AND key < %s "
@@ -108,14 +129,9 @@ def depths(connection: BaseDatabaseWrapper, prefixes: list[bytes]) -> list[int]:
     derived, suffixed = big[0], big[1:][-2:]
     for i in big[1:]:
         if i not in suffixed:
-            found[i] = count_range(connection, prefixes[i], prefixes[i] + b"\x01")
+            found[i] = count_queue(connection, prefixes[i])
     for i in reversed(suffixed):
         found[i] = count_range(connection, prefixes[i], None) - sum(found[i + 1 :])
     total = int(sql.read(connection, f"SELECT COUNT(*) FROM {table}", ())[0][0])
     found[derived] = max(0, total - sum(d for i, d in enumerate(found) if i != derived))
     return found
-
-
-def prefix_of(head: bytes) -> bytes:
-    """The encoded queue name a head key belongs to."""
-    return head.partition(keys.SEPARATOR)[0]

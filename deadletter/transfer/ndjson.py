@@ -97,15 +97,13 @@ def _queue_names(queues: Iterable[str] | None) -> list[tuple[str, int]]:
     """Each queue to dump with its depth (key-range counts): every queue that holds
     a row when `queues` is None; `ValueError` for an invalid name."""
     connection = sql.connection()
-    with scans.snapshot(connection):
-        if queues is None:
-            prefixes = [scans.prefix_of(head) for head in scans.queue_heads(connection)]
-            depths = scans.depths(connection, prefixes)
-        else:
-            prefixes = [keys.encode_queue_name(name) for name in dict.fromkeys(queues)]
-            depths = [scans.count_range(connection, p, p + b"\x01") for p in prefixes]
-    names = [p.decode("utf-8", errors="replace") for p in prefixes]
-    return list(zip(names, depths, strict=True))
+    if queues is None:
+        found = scans.queue_depths(connection)
+    else:
+        prefixes = [keys.encode_queue_name(name) for name in dict.fromkeys(queues)]
+        with scans.snapshot(connection):
+            found = [(p, scans.count_queue(connection, p)) for p in prefixes]
+    return [(p.decode("utf-8", errors="replace"), depth) for p, depth in found]
 
 
 def dump_total(queues: Iterable[str] | None = None) -> int:

@@ -30,6 +30,7 @@ __all__ = [
     "message_bounds",
     "new_key",
     "parse_key",
+    "prefix_of",
     "queue_bounds",
     "queue_of",
     "to_text",
@@ -101,11 +102,14 @@ def is_legacy_key(key: bytes) -> bool:
     return NUL not in key
 
 
+def prefix_of(key: bytes) -> bytes:
+    """The encoded name of the queue a per-message or legacy key belongs to."""
+    return bytes(key).partition(SEPARATOR)[0]
+
+
 def queue_of(key: bytes) -> str:
     """The queue a per-message or legacy key belongs to."""
-    key = bytes(key)
-    name, _, _ = key.partition(SEPARATOR)
-    return name.decode("utf-8", errors="replace")
+    return prefix_of(key).decode("utf-8", errors="replace")
 
 
 def queue_bounds(queue: str) -> tuple[bytes, bytes]:

@@ -42,6 +42,7 @@ from deadletter.transfer.kvfile.rows import (
     time_ns_of,
     valid_name,
 )
+from deadletter.wire import keys
 
 logger = logging.getLogger("deadletter")
 
@@ -202,7 +203,7 @@ def export_kv(
     path = Path(path)
     connection = connections[using or conf.DATABASE]
     table = QueuedMessage._meta.db_table
-    available = [scans.prefix_of(head) for head in scans.queue_heads(connection, table)]
+    available = [keys.prefix_of(head) for head in scans.queue_heads(connection, table)]
     prefixes = resolve_queues(available, queues, "the queue table")
     report = Report("export", path)
     now_ns = time.time_ns()

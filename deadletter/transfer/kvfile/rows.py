@@ -165,7 +165,7 @@ def kv_queue_prefixes(conn: sqlite3.Connection) -> list[bytes]:
         ).fetchone()
         if row is None:
             return prefixes
-        prefix = as_bytes(row[0]).partition(keys.SEPARATOR)[0]
+        prefix = keys.prefix_of(as_bytes(row[0]))
         prefixes.append(prefix)
         after = prefix + b"\x01"
 
