@@ -211,17 +211,7 @@ class Drainer:
     def work(self, report: DrainReport) -> None:
         """A worker's share of the run: `_run_here` with the parent's snapshot of
         each queue's tail, checking for a stop (or a lost parent) between queues."""
-        for name in self.queues:
-            if not self._may_go_on():
-                return
-            until = self._until.get(name)
-            if until is None:
-                continue
-            try:
-                self._drain_claiming(name, self.handlers[name][1], until, report)
-            except DatabaseError:
-                logger.exception("drain of a queue failed queue=%s", name)
-                report.errors += 1
+        self._drain_queues(report, self._may_go_on)
 
     # -- the loops
 
@@ -249,10 +239,15 @@ class Drainer:
     def _run_here(self, report: DrainReport) -> None:
         if not self._snapshot(report):
             return
+        self._drain_queues(report, lambda: not self._stop.is_set())
+
+    def _drain_queues(self, report: DrainReport, go_on: Callable[[], bool]) -> None:
+        """Each queue in turn up to the tail `_snapshot` noted, asking `go_on`
+        before each; a database error ends that queue's turn, counted."""
         for name in self.queues:
-            if self._stop.is_set():
+            if not go_on():
                 return
-            until = self._until[name]
+            until = self._until.get(name)
             if until is None:
                 continue
             handler = self.handlers[name][1]
