@@ -67,12 +67,12 @@ def throttle_rates_problem(value: Any) -> str | None:
     return None
 
 
-SUPPORTED_VENDORS = ("sqlite", "postgresql")
+SUPPORTED_VENDORS = ("sqlite", "postgresql", "mysql")
 
 
 def _check_database() -> list[checks.CheckMessage]:
-    """The queue's key is a binary primary key: SQLite and PostgreSQL index it,
-    MySQL/MariaDB cannot (a BLOB primary key needs a prefix length)."""
+    """The queue needs a binary primary key in byte order and row locks that skip
+    a locked row: SQLite, PostgreSQL and MySQL/MariaDB have both; others were never tried."""
     from django.db import connections
 
     alias = conf.DATABASE
@@ -88,9 +88,9 @@ def _check_database() -> list[checks.CheckMessage]:
     if vendor not in SUPPORTED_VENDORS:
         return [
             checks.Error(
-                f"The queue database {alias!r} is {vendor}; deadletter runs on SQLite "
-                "and PostgreSQL only.",
-                hint="Route the queue to a SQLite or PostgreSQL database with DEADLETTER_DATABASE.",
+                f"The queue database {alias!r} is {vendor}; deadletter runs on SQLite, "
+                "PostgreSQL and MySQL/MariaDB only.",
+                hint="Route the queue to one of those with DEADLETTER_DATABASE.",
                 id="deadletter.E007",
             )
         ]
@@ -250,6 +250,35 @@ def check_time_limits(
     return errors
 
 
+def check_database_server(
+    app_configs: Sequence[AppConfig] | None = None,
+    databases: Sequence[str] | None = None,
+    **kwargs: Any,
+) -> list[checks.CheckMessage]:
+    """The queue server itself (run by `migrate` and `check --database`, as Django's
+    own database checks are): drain workers on a shared server claim rows with
+    `FOR UPDATE SKIP LOCKED`, which MariaDB has from 10.6 and MySQL from 8.0.1."""
+    from django.db import connections
+
+    alias = conf.DATABASE
+    if not databases or alias not in databases or alias not in connections.settings:
+        return []
+    connection = connections[alias]
+    if connection.vendor == "sqlite" or connection.features.has_select_for_update_skip_locked:
+        return []
+    server = connection.display_name
+    version = ".".join(str(part) for part in getattr(connection, "mysql_version", ()))
+    return [
+        checks.Error(
+            f"The queue database {alias!r} ({server} {version}) cannot skip locked rows "
+            "(SELECT ... FOR UPDATE SKIP LOCKED), which drain workers need so that no two "
+            "hand the same message to a handler.",
+            hint="Upgrade to MariaDB 10.6 / MySQL 8.0.1 or later, or use PostgreSQL or SQLite.",
+            id="deadletter.E012",
+        )
+    ]
+
+
 def register() -> None:
     """Register the app's system checks; called from `DeadletterConfig.ready()`, so
     importing this module has no side effect (Django keeps a set: twice is once)."""
@@ -257,3 +286,4 @@ def register() -> None:
     checks.register(check_api_mount, "deadletter", checks.Tags.urls)
     checks.register(check_handlers, "deadletter")
     checks.register(check_time_limits, "deadletter")
+    checks.register(check_database_server, "deadletter", checks.Tags.database)

@@ -13,12 +13,31 @@ from datetime import datetime
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.db import models, transaction
+from django.db import DataError, connections, models, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
 
 from deadletter.wire import keys
 
 DROP_TABLE = "deadletter_dropcount"
 WARNING_TABLE = "deadletter_expirywarning"
+# The longest key the app writes: a queue name of `MAX_QUEUE_NAME_BYTES`, a NUL,
+# two 8-byte numbers. The column's bound on MySQL/MariaDB (`HexKeyField.db_type`).
+KEY_BYTES = keys.MAX_QUEUE_NAME_BYTES + 17
+
+
+def refuse_long_keys(connection: BaseDatabaseWrapper, row_keys: Iterable[bytes]) -> None:
+    """`DataError` for a key the key column cannot hold on this backend, before
+    anything is sent: MySQL's `INSERT IGNORE` would store it cut short. SQLite
+    and PostgreSQL take a key of any length (a Go file may hold one)."""
+    if connection.vendor != "mysql":
+        return
+    for key in row_keys:
+        if len(key) > KEY_BYTES:
+            raise DataError(
+                f"a key of {len(key)} bytes ({bytes(key)[:40]!r}...) is longer than the "
+                f"{KEY_BYTES} bytes a key holds on MySQL/MariaDB (a queue name of at most "
+                f"{keys.MAX_QUEUE_NAME_BYTES} bytes)"
+            )
 
 
 class HexKey(bytes):
@@ -39,6 +58,13 @@ class HexKeyField(models.BinaryField):
     Text is read by `keys.from_text`, up to its generous limit: a row the Go
     program or an older release wrote with an unusual key must still open and delete.
     """
+
+    def db_type(self, connection: BaseDatabaseWrapper) -> str | None:
+        """`VARBINARY(max_length)` on MySQL/MariaDB, where Django's `LONGBLOB` cannot
+        be a primary key; a binary string compares byte for byte, as the key order needs."""
+        if connection.vendor == "mysql":
+            return f"varbinary({self.max_length})"
+        return super().db_type(connection)
 
     def from_db_value(self, value: Any, expression: Any, connection: Any) -> HexKey | None:
         return None if value is None else HexKey(bytes(value))
@@ -64,6 +90,24 @@ class HexKeyField(models.BinaryField):
     def value_to_string(self, obj: models.Model) -> str:
         value = self.value_from_object(obj)
         return "" if value is None else bytes(value).hex()  # type: ignore[call-overload]
+
+
+class ExactTextField(models.CharField):
+    """A `CharField` that compares byte for byte on every backend, as SQLite's and
+    PostgreSQL's do: MySQL/MariaDB's default collations fold case and trailing
+    spaces, which would merge two queue names or two causes into one."""
+
+    def db_type(self, connection: BaseDatabaseWrapper) -> str | None:
+        if connection.vendor == "mysql":
+            return f"varchar({self.max_length}) CHARACTER SET utf8mb4"
+        return super().db_type(connection)
+
+    def db_parameters(self, connection: BaseDatabaseWrapper) -> dict[str, Any]:
+        params = super().db_parameters(connection)
+        if connection.vendor == "mysql" and not self.db_collation:
+            mariadb = getattr(connection, "mysql_is_mariadb", False)
+            params["collation"] = "utf8mb4_nopad_bin" if mariadb else "utf8mb4_0900_bin"
+        return params
 
 
 class QueuedMessageQuerySet(models.QuerySet["QueuedMessage"]):
@@ -111,6 +155,8 @@ class QueuedMessageQuerySet(models.QuerySet["QueuedMessage"]):
     def insert_missing(self, rows: Iterable[tuple[bytes, bytes]]) -> None:
         """Insert `(key, value)` rows in one short transaction, leaving a key already
         present as it is; the instances are built before the write lock is taken."""
+        rows = list(rows)
+        refuse_long_keys(connections[self.db], (key for key, _ in rows))
         objs = [self.model(key=key, value=value) for key, value in rows]
         with transaction.atomic(using=self.db):
             self.bulk_create(objs, ignore_conflicts=True)
@@ -130,13 +176,13 @@ class QueuedMessage(models.Model):
     `signature` is the app's own bookkeeping beside them.
     """
 
-    key = HexKeyField(primary_key=True, max_length=keys.MAX_QUEUE_NAME_BYTES + 17)
+    key = HexKeyField(primary_key=True, max_length=KEY_BYTES)
     value = models.BinaryField()
     # The cause of the last failed delivery (`causes.signature_of(LastError)`),
     # written by the drain in the statement that records the attempt; NULL for a
     # row never drained and for rows the Go program wrote. Not part of the Go
     # program's table: the kv import and export move only key and value.
-    signature = models.CharField(  # noqa: DJ001  (NULL: no failure recorded, not "")
+    signature = ExactTextField(  # noqa: DJ001  (NULL: no failure recorded, not "")
         max_length=200, null=True, blank=True, editable=False
     )
 
@@ -180,7 +226,7 @@ class DropCount(models.Model):
     Prometheus counter that survives restarts and is never ahead of the drops.
     """
 
-    queue = models.CharField(max_length=keys.MAX_QUEUE_NAME_BYTES)
+    queue = ExactTextField(max_length=keys.MAX_QUEUE_NAME_BYTES)
     reason = models.CharField(max_length=20)
     count = models.BigIntegerField(default=0)
 
@@ -198,7 +244,7 @@ class ExpiryWarning(models.Model):
     """A message (by row key) already warned about as close to its age limit:
     `DEADLETTER_EXPIRY_WARNING` warns once per message, not once per run."""
 
-    key = models.BinaryField(primary_key=True, max_length=keys.MAX_QUEUE_NAME_BYTES + 17)
+    key = HexKeyField(primary_key=True, max_length=KEY_BYTES)
     warned_at = models.DateTimeField()
 
     class Meta:
@@ -210,6 +256,7 @@ class ExpiryWarning(models.Model):
 
 __all__ = [
     "DropCount",
+    "ExactTextField",
     "ExpiryWarning",
     "HexKey",
     "HexKeyField",

@@ -63,7 +63,7 @@ WSGI_APPLICATION = "project.wsgi.application"
 SQLITE_PATH = Path(os.environ.get("DEADLETTER_SQLITE_PATH", BASE_DIR / "db.sqlite3"))
 
 DATABASES = {
-    "default": dj_database_url.config(default=f"sqlite:///{SQLITE_PATH}"),
+    "default": dj_database_url.parse(os.environ.get("DATABASE_URL") or f"sqlite:///{SQLITE_PATH}"),
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"]["OPTIONS"] = {
@@ -93,6 +93,10 @@ else:
             "DEADLETTER_TEST_DB_NAME", f"test_{DATABASES['default']['NAME']}_{os.getpid()}"
         ),
     }
+    if DATABASES["default"]["ENGINE"] == "django.db.backends.mysql":
+        # utf8mb4 holds any text a message carries (MySQL's "utf8" does not).
+        DATABASES["default"]["OPTIONS"] = {"charset": "utf8mb4"}
+        DATABASES["default"]["TEST"]["CHARSET"] = "utf8mb4"
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

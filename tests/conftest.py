@@ -26,12 +26,13 @@ def database_url(alias: str = "default") -> str:
     s = connections[alias].settings_dict
     if s["ENGINE"].endswith("sqlite3"):
         return f"sqlite:///{s['NAME']}"
+    mysql = s["ENGINE"].endswith("mysql")
     host = s.get("HOST") or "127.0.0.1"
-    port = s.get("PORT") or 5432
-    auth = s.get("USER") or "postgres"
+    port = s.get("PORT") or (3306 if mysql else 5432)
+    auth = s.get("USER") or ("root" if mysql else "postgres")
     if s.get("PASSWORD"):
         auth += f":{s['PASSWORD']}"
-    return f"postgres://{auth}@{host}:{port}/{s['NAME']}"
+    return f"{'mysql' if mysql else 'postgres'}://{auth}@{host}:{port}/{s['NAME']}"
 
 
 @pytest.fixture

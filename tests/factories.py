@@ -63,10 +63,18 @@ TABLE = "deadletter_queuedmessage"
 # --- raw rows ---------------------------------------------------------------------
 
 
+def raw_sql(template: str) -> str:
+    """`template` with `{table}` the queue table and `{key}` its key column, each
+    quoted for the backend (`KEY` is a reserved word on MySQL)."""
+    return template.format(
+        table=connection.ops.quote_name(TABLE), key=connection.ops.quote_name("key")
+    )
+
+
 def insert(key: bytes, value: bytes) -> None:
     """A raw row written straight into the queue table: `key` and `value` as given."""
     with connection.cursor() as cursor:
-        cursor.execute(f"INSERT INTO {TABLE} (key, value) VALUES (%s, %s)", (key, value))
+        cursor.execute(raw_sql("INSERT INTO {table} ({key}, value) VALUES (%s, %s)"), (key, value))
 
 
 def insert_at(queue: str, time_ns: int, seq: int, value: Message | list[Message] | bytes) -> bytes:
@@ -101,7 +109,7 @@ def park_aged(
 def table_rows() -> list[tuple[bytes, bytes]]:
     """Every row of the queue table as (key, value), in key order, read with raw SQL."""
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT key, value FROM {TABLE}")
+        cursor.execute(raw_sql("SELECT {key}, value FROM {table}"))
         return sorted((bytes(k), bytes(v)) for k, v in cursor.fetchall())
 
 

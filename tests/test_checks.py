@@ -91,13 +91,29 @@ def test_e006_the_queue_database_alias_must_exist(settings: Any) -> None:
     assert ids(check_settings()) == ["deadletter.E006"]
 
 
-def test_e007_the_queue_database_must_be_sqlite_or_postgresql(monkeypatch: Any) -> None:
+def test_e007_the_queue_database_must_be_sqlite_postgresql_or_mysql(monkeypatch: Any) -> None:
     from django.db import connection
 
-    monkeypatch.setattr(connection, "vendor", "mysql")
+    monkeypatch.setattr(connection, "vendor", "oracle")
     (error,) = check_settings()
     assert error.id == "deadletter.E007"
-    assert "mysql" in error.msg
+    assert "oracle" in error.msg
+
+
+@pytest.mark.django_db
+def test_e012_a_server_that_cannot_skip_locked_rows_is_refused(monkeypatch: Any) -> None:
+    from django.db import connection
+
+    from deadletter.checks import check_database_server
+
+    assert check_database_server(databases=["default"]) == []
+    if connection.vendor == "sqlite":
+        return  # one writer at a time: SQLite needs no row locks
+    monkeypatch.setattr(connection.features, "has_select_for_update_skip_locked", False)
+    (error,) = check_database_server(databases=["default"])
+    assert error.id == "deadletter.E012"
+    assert "SKIP LOCKED" in error.msg
+    assert check_database_server(databases=None) == []
 
 
 # --- the queue database on SQLite --------------------------------------------------

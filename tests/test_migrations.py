@@ -18,7 +18,7 @@ from deadletter.queue import fetch_failed_msgs, legacy, store_failed_msgs
 from deadletter.wire import codec, keys
 from deadletter.wire.gotime import GoTime
 from deadletter.wire.messages import Message
-from tests.factories import REPO, insert, kill_manage_py, table_rows
+from tests.factories import REPO, insert, kill_manage_py, raw_sql, table_rows
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -233,18 +233,25 @@ def crash_fixture() -> tuple[list[tuple[bytes, bytes]], dict[str, list[str]]]:
 
 
 def wait_until_the_killed_client_is_gone_from_the_server() -> None:
-    """On PostgreSQL a killed client's server process lives on until it reads the end of
-    the connection, and first finishes the statement in flight, which may be a commit (of
-    a later migration, say): wait until this database has no client but this one."""
-    if connection.vendor != "postgresql":
-        return  # SQLite: nothing outlives the process
+    """On a database server a killed client's session lives on until the server reads the
+    end of the connection, and first finishes the statement in flight, which may be a commit
+    (of a later migration, say): wait until this database has no client but this one."""
+    if connection.vendor == "sqlite":
+        return  # nothing outlives the process
+    if connection.vendor == "mysql":
+        others_sql = (
+            "SELECT COUNT(*) FROM information_schema.PROCESSLIST "
+            "WHERE DB = DATABASE() AND ID <> CONNECTION_ID()"
+        )
+    else:
+        others_sql = (
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND backend_type = 'client backend' AND pid <> pg_backend_pid()"
+        )
     deadline = time.monotonic() + 30
     while True:
         with connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                "AND backend_type = 'client backend' AND pid <> pg_backend_pid()"
-            )
+            cursor.execute(others_sql)
             (others,) = cursor.fetchone()
         if not others:
             return
@@ -328,7 +335,9 @@ def test_a_migration_killed_at_random_points_then_rerun_keeps_every_message_once
         migrate_back()  # the migrations after the split, too, are unapplied for real
         with connection.cursor() as cursor:
             cursor.execute(f"DELETE FROM {TABLE}")
-            cursor.executemany(f"INSERT INTO {TABLE} (key, value) VALUES (%s, %s)", fixture)
+            cursor.executemany(
+                raw_sql("INSERT INTO {table} ({key}, value) VALUES (%s, %s)"), fixture
+            )
         # Let a random number of queues finish, then kill at a random moment.
         args = ["migrate", "deadletter", "--no-input"]
         wait_for = rng.randrange(len(CRASH_QUEUES) + 1)

@@ -86,9 +86,10 @@ class Drainer:
         self.claims = queue.can_claim_rows()
         if workers > 1 and not self.claims:
             raise DrainConfigError(
-                f"--workers {workers} needs PostgreSQL: {queue.database_vendor()} cannot lock "
-                "single rows (no SELECT ... FOR UPDATE SKIP LOCKED), so only one drain may walk "
-                "a queue at a time; run one worker, or move the queue to PostgreSQL to scale out"
+                f"--workers {workers} needs PostgreSQL or MySQL/MariaDB: "
+                f"{queue.database_vendor()} cannot lock single rows (no SELECT ... FOR UPDATE "
+                "SKIP LOCKED), so only one drain may walk a queue at a time; run one worker, "
+                "or move the queue to PostgreSQL, MariaDB >= 10.6 or MySQL >= 8.0.1 to scale out"
             )
         self.limit = limit
         self.rate = rate

@@ -2,6 +2,8 @@
 
 from django.db import migrations, models
 
+import deadletter.models
+
 
 class Migration(migrations.Migration):
     initial = True
@@ -12,7 +14,12 @@ class Migration(migrations.Migration):
         migrations.CreateModel(
             name="QueuedMessage",
             fields=[
-                ("key", models.BinaryField(max_length=272, primary_key=True, serialize=False)),
+                (
+                    "key",
+                    deadletter.models.HexKeyField(
+                        max_length=272, primary_key=True, serialize=False
+                    ),
+                ),
                 ("value", models.BinaryField()),
             ],
             options={

@@ -4,6 +4,8 @@ the drain records their next failure."""
 
 from django.db import migrations, models
 
+import deadletter.models
+
 
 class Migration(migrations.Migration):
     dependencies = [
@@ -14,7 +16,9 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name="queuedmessage",
             name="signature",
-            field=models.CharField(blank=True, editable=False, max_length=200, null=True),
+            field=deadletter.models.ExactTextField(
+                blank=True, editable=False, max_length=200, null=True
+            ),
         ),
         migrations.AddIndex(
             model_name="queuedmessage",

@@ -3,6 +3,8 @@
 
 from django.db import migrations, models
 
+import deadletter.models
+
 
 class Migration(migrations.Migration):
     dependencies = [
@@ -19,7 +21,7 @@ class Migration(migrations.Migration):
                         auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
                     ),
                 ),
-                ("queue", models.CharField(max_length=255)),
+                ("queue", deadletter.models.ExactTextField(max_length=255)),
                 ("reason", models.CharField(max_length=20)),
                 ("count", models.BigIntegerField(default=0)),
             ],
@@ -34,7 +36,12 @@ class Migration(migrations.Migration):
         migrations.CreateModel(
             name="ExpiryWarning",
             fields=[
-                ("key", models.BinaryField(max_length=272, primary_key=True, serialize=False)),
+                (
+                    "key",
+                    deadletter.models.HexKeyField(
+                        max_length=272, primary_key=True, serialize=False
+                    ),
+                ),
                 ("warned_at", models.DateTimeField()),
             ],
         ),

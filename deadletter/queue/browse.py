@@ -52,9 +52,11 @@ def page_rows(queue: str, *, after: bytes | None = None, limit: int = 50) -> lis
 
 def get_row(key: bytes) -> Row | None:
     connection = sql.connection()
-    table = sql.quoted(connection, sql.table())
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT key, value FROM {table} WHERE key = %s", (bytes(key),))
+        cursor.execute(
+            sql.statement(connection, "SELECT {key}, value FROM {table} WHERE {key} = %s"),
+            (bytes(key),),
+        )
         found = cursor.fetchone()
     return _row(bytes(found[0]), found[1]) if found else None
 
@@ -83,12 +85,12 @@ def expired_keys(queue: str, *, after: bytes | None = None, limit: int = 500) ->
     low = after if after is not None else prefix + keys.SEPARATOR
     high = keys.make_key(prefix, cutoff, 0)
     connection = sql.connection()
-    table = sql.quoted(connection, sql.table())
-    op = ">" if after is not None else ">="
+    query = sql.statement(
+        connection,
+        "SELECT {key} FROM {table} WHERE {key} {op} %s AND {key} < %s ORDER BY {key} LIMIT {n}",
+        op=">" if after is not None else ">=",
+        n=int(limit),
+    )
     with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT key FROM {table} WHERE key {op} %s AND key < %s "
-            f"ORDER BY key LIMIT {int(limit)}",
-            (low, high),
-        )
+        cursor.execute(query, (low, high))
         return [bytes(k) for (k,) in cursor.fetchall()]

@@ -64,8 +64,7 @@ def database_vendor() -> str:
 def can_claim_rows() -> bool:
     """Whether the queue's database can lock single rows and skip locked ones,
     which several drains at once need to never hand a message over twice."""
-    connection = sql.connection()
-    return connection.vendor != "sqlite" and connection.features.has_select_for_update_skip_locked
+    return sql.can_skip_locked(sql.connection())
 
 
 def sqlite_file() -> str | None:
@@ -112,8 +111,9 @@ def rewrite_msg(key: bytes, msg: Message) -> bool:
         return bool(
             sql.write(
                 connection,
-                f"UPDATE {sql.quoted(connection, sql.table())} "
-                "SET value = %s, signature = %s WHERE key = %s",
+                sql.statement(
+                    connection, "UPDATE {table} SET value = %s, signature = %s WHERE {key} = %s"
+                ),
                 (value, signature_of(msg.extra.get(LAST_ERROR_KEY)), key),
             )
         )

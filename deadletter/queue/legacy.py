@@ -85,7 +85,6 @@ def split_legacy_row(
     removed again, in batches, and the aggregate left) and `sql.Conflict` if
     another reader split it first.
     """
-    quoted = sql.quoted(connection, table)
     queue = prefix.decode("utf-8", errors="replace")
     count = codec.count_messages(value)
     seq = split_seq(prefix, value)
@@ -97,9 +96,9 @@ def split_legacy_row(
     try:
         for batch in items:
             with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
-                _claim(connection, cursor, quoted, prefix, len(value))
+                _claim(connection, cursor, table, prefix, len(value))
                 if top_ns is None:
-                    top_ns = _anchor(cursor, quoted, prefix, seq, count, now_ns)
+                    top_ns = _anchor(connection, cursor, table, prefix, seq, count, now_ns)
                 base_ns = top_ns - count
                 rows = []
                 for index, encoded, msg in batch:
@@ -112,7 +111,11 @@ def split_legacy_row(
                         rows.append((keys.make_key(prefix, base_ns + index, seq ^ index), encoded))
                 if rows:
                     cursor.executemany(
-                        f"INSERT INTO {quoted} (key, value) VALUES (%s, %s) ON CONFLICT DO NOTHING",
+                        sql.statement(
+                            connection,
+                            "INSERT INTO {table} ({key}, value) VALUES (%s, %s){skip_duplicate}",
+                            table=table,
+                        ),
                         rows,
                     )
                 record_drop(connection, queue, "expired", len(batch) - len(rows))
@@ -120,7 +123,7 @@ def split_legacy_row(
             reached = batch[-1][0] + 1
     except codec.CodecError:
         if top_ns is not None:
-            _undo(connection, quoted, prefix, top_ns - count, seq, reached)
+            _undo(connection, table, prefix, top_ns - count, seq, reached)
         raise
     # Every message is stored: the aggregate goes, in a transaction of its own.
     with (
@@ -128,8 +131,11 @@ def split_legacy_row(
         transaction.atomic(using=connection.alias),
         connection.cursor() as cursor,
     ):
-        _claim(connection, cursor, quoted, prefix, len(value))
-        cursor.execute(f"DELETE FROM {quoted} WHERE key = %s", (prefix,))
+        _claim(connection, cursor, table, prefix, len(value))
+        cursor.execute(
+            sql.statement(connection, "DELETE FROM {table} WHERE {key} = %s", table=table),
+            (prefix,),
+        )
     logger.info("split legacy row queue=%s messages=%s stored=%s", queue, count, stored)
     return stored
 
@@ -165,26 +171,25 @@ def _freed_without_zeroing(connection: BaseDatabaseWrapper) -> Iterator[None]:
 
 
 def _claim(
-    connection: BaseDatabaseWrapper, cursor: Any, quoted: str, prefix: bytes, length: int
+    connection: BaseDatabaseWrapper, cursor: Any, table: str, prefix: bytes, length: int
 ) -> None:
     """Take the write lock and check the aggregate is still the one read, or `sql.Conflict`.
 
-    On SQLite an empty DELETE takes the write lock (without it, a deferred
-    transaction that read first could not write after another commit); on
-    PostgreSQL the aggregate's row is locked, so two splitters take turns.
-    The length, not the bytes, tells whether the row is still the one read:
-    sending a big blob back to compare it costs two more copies of it.
+    On SQLite the whole file is locked (without it, a deferred transaction that
+    read first could not write after another commit); elsewhere the aggregate's
+    row, so two splitters take turns. The length, not the bytes, tells whether
+    the row is still the one read: sending a big blob back to compare it costs
+    two more copies of it.
     """
-    if connection.vendor == "sqlite":
-        cursor.execute(f"DELETE FROM {quoted} WHERE 0")
-        cursor.execute(
-            f"SELECT 1 FROM {quoted} WHERE key = %s AND length(value) = %s", (prefix, length)
-        )
-    else:
-        cursor.execute(
-            f"SELECT 1 FROM {quoted} WHERE key = %s AND length(value) = %s FOR UPDATE",
-            (prefix, length),
-        )
+    sql.take_write_lock(connection, cursor, table)
+    cursor.execute(
+        sql.statement(
+            connection,
+            "SELECT 1 FROM {table} WHERE {key} = %s AND length(value) = %s{for_update}",
+            table=table,
+        ),
+        (prefix, length),
+    )
     if cursor.fetchone() is None:
         raise sql.Conflict
 
@@ -192,11 +197,24 @@ def _claim(
 _ANCHOR_PROBE = 64
 
 
-def _anchor(cursor: Any, quoted: str, prefix: bytes, seq: int, count: int, now_ns: int) -> int:
+def _anchor(
+    connection: BaseDatabaseWrapper,
+    cursor: Any,
+    table: str,
+    prefix: bytes,
+    seq: int,
+    count: int,
+    now_ns: int,
+) -> int:
     """`top_ns` for an aggregate of `count` messages: from a row an earlier attempt stored, if
     any is among the queue's first rows; else just below the queue's first row (or now)."""
     cursor.execute(
-        f"SELECT key FROM {quoted} WHERE key > %s AND key < %s ORDER BY key LIMIT {_ANCHOR_PROBE}",
+        sql.statement(
+            connection,
+            "SELECT {key} FROM {table} WHERE {key} > %s AND {key} < %s ORDER BY {key} LIMIT {n}",
+            table=table,
+            n=_ANCHOR_PROBE,
+        ),
         (prefix, prefix + b"\x01"),
     )
     first_ns: int | None = None
@@ -217,7 +235,7 @@ def _anchor(cursor: Any, quoted: str, prefix: bytes, seq: int, count: int, now_n
 
 
 def _undo(
-    connection: BaseDatabaseWrapper, quoted: str, prefix: bytes, base_ns: int, seq: int, upto: int
+    connection: BaseDatabaseWrapper, table: str, prefix: bytes, base_ns: int, seq: int, upto: int
 ) -> None:
     """Remove the rows a split wrote for messages `0..upto` (a corrupt aggregate), in batches."""
     for start in range(0, upto, _SPLIT_BATCH):
@@ -226,7 +244,10 @@ def _undo(
             for i in range(start, min(upto, start + _SPLIT_BATCH))
         ]
         with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
-            cursor.executemany(f"DELETE FROM {quoted} WHERE key = %s", doomed)
+            cursor.executemany(
+                sql.statement(connection, "DELETE FROM {table} WHERE {key} = %s", table=table),
+                doomed,
+            )
 
 
 def legacy_message_rows(
@@ -287,14 +308,18 @@ def split_legacy_rows(connection: BaseDatabaseWrapper, table: str) -> tuple[int,
     corrupt aggregate is logged and left for fetch, which drops it by its
     own rule: a schema step should not be the one to destroy data.
     """
-    quoted = sql.quoted(connection, table)
     split = stored = 0
     for head in scans.queue_heads(connection, table):
         if not keys.is_legacy_key(head):
             continue
         queue = keys.queue_of(head)
         with connection.cursor() as cursor:
-            cursor.execute(f"SELECT value FROM {quoted} WHERE key = %s", (head,))
+            cursor.execute(
+                sql.statement(
+                    connection, "SELECT value FROM {table} WHERE {key} = %s", table=table
+                ),
+                (head,),
+            )
             row = cursor.fetchone()
         if row is None:
             continue
@@ -334,7 +359,6 @@ def fold_queue_rows(
     whole queue unreadable. Rows are read in key pages and only the aggregate being
     built is held, so memory stays near twice the aggregate's size.
     """
-    quoted = sql.quoted(connection, table)
     queue = prefix.decode("utf-8", errors="replace")
     high = prefix + b"\x01"
     body = bytearray()
@@ -368,12 +392,17 @@ def fold_queue_rows(
                 count += added
                 folded.append((key,))
             if folded:
-                cursor.executemany(f"DELETE FROM {quoted} WHERE key = %s", folded)
+                cursor.executemany(
+                    sql.statement(connection, "DELETE FROM {table} WHERE {key} = %s", table=table),
+                    folded,
+                )
         if count:
             value = _cbor_array_head(count) + bytes(body)
             del body
             cursor.execute(
-                f"INSERT INTO {quoted} (key, value) VALUES (%s, %s)",
+                sql.statement(
+                    connection, "INSERT INTO {table} ({key}, value) VALUES (%s, %s)", table=table
+                ),
                 (prefix, value),
             )
     logger.info("folded queue into a legacy row queue=%s messages=%s", queue, count)

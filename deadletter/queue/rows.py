@@ -140,7 +140,7 @@ def insert_value(
 ) -> bytes:
     """Insert an encoded row under `key` (a fresh one when None), retrying a key
     collision with a new key."""
-    query = sql.statement(connection, "INSERT INTO {table} (key, value) VALUES (%s, %s)")
+    query = sql.statement(connection, "INSERT INTO {table} ({key}, value) VALUES (%s, %s)")
     for _ in range(_INSERT_ATTEMPTS):
         if key is None:
             key = keys.new_key(prefix)
@@ -158,7 +158,7 @@ def insert_value(
 
 
 def delete_sql(connection: BaseDatabaseWrapper) -> str:
-    return sql.statement(connection, "DELETE FROM {table} WHERE key = %s")
+    return sql.statement(connection, "DELETE FROM {table} WHERE {key} = %s")
 
 
 # --- the rules -------------------------------------------------------------------
@@ -309,7 +309,11 @@ def _safe_delete(
             deleted = bool(
                 sql.write(
                     connection,
-                    f"DELETE FROM {sql.quoted(connection, table)} WHERE key = %s AND value = %s",
+                    sql.statement(
+                        connection,
+                        "DELETE FROM {table} WHERE {key} = %s AND value = %s",
+                        table=table,
+                    ),
                     (key, value),
                 )
             )
@@ -332,10 +336,13 @@ def _rewrite_row(
 ) -> None:
     """Keep the first message under `key`, give each further one its own key right
     after it, so every message keeps its place in the queue's order."""
-    quoted = sql.quoted(connection, table)
     with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
         cursor.execute(
-            f"UPDATE {quoted} SET value = %s WHERE key = %s AND value = %s",
+            sql.statement(
+                connection,
+                "UPDATE {table} SET value = %s WHERE {key} = %s AND value = %s",
+                table=table,
+            ),
             (codec.encode_one(live[0]), key, old_value),
         )
         if cursor.rowcount != 1:
@@ -344,7 +351,11 @@ def _rewrite_row(
         if not rest:
             return
         cursor.execute(
-            f"SELECT key FROM {quoted} WHERE key > %s AND key < %s ORDER BY key LIMIT 1",
+            sql.statement(
+                connection,
+                "SELECT {key} FROM {table} WHERE {key} > %s AND {key} < %s ORDER BY {key} LIMIT 1",
+                table=table,
+            ),
             (key, prefix + b"\x01"),
         )
         following = cursor.fetchone()
@@ -362,7 +373,11 @@ def _rewrite_row(
         try:
             with transaction.atomic(using=connection.alias):
                 cursor.executemany(
-                    f"INSERT INTO {quoted} (key, value) VALUES (%s, %s)",
+                    sql.statement(
+                        connection,
+                        "INSERT INTO {table} ({key}, value) VALUES (%s, %s)",
+                        table=table,
+                    ),
                     [(k, codec.encode_one(m)) for k, m in zip(new_keys, rest, strict=True)],
                 )
         except IntegrityError as exc:

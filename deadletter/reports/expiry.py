@@ -44,7 +44,6 @@ def warn_expiring(queues: Iterable[str] | None = None, *, now_ns: int | None = N
         names = [keys.queue_of(head) for head in scans.queue_heads(connection)]
     else:
         names = list(queues)
-    table = sql.quoted(connection, WARNING_TABLE)
     warned_at = gotime.utc_datetime(now)
     warned = 0
     _forget_gone(connection)
@@ -53,11 +52,9 @@ def warn_expiring(queues: Iterable[str] | None = None, *, now_ns: int | None = N
             if msg is None or msg.queued_at is None:
                 continue
             with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
-                cursor.execute(
-                    f"INSERT INTO {table} (key, warned_at) VALUES (%s, %s) ON CONFLICT DO NOTHING",
-                    (key, warned_at),
-                )
-                if cursor.rowcount != 1:
+                if not sql.insert_new(
+                    connection, cursor, WARNING_TABLE, ("key", "warned_at"), [(key, warned_at)]
+                ):
                     continue
                 expires_at = gotime.utc_datetime(
                     gotime.epoch_ns(msg.queued_at) + gotime.duration_ns(max_age)
@@ -84,10 +81,13 @@ def warn_expiring(queues: Iterable[str] | None = None, *, now_ns: int | None = N
 def _forget_gone(connection: sql.BaseDatabaseWrapper) -> None:
     """Drop the warnings of rows no longer queued (the table holds only rows near
     their age limit, so this is one index lookup each)."""
-    warnings = sql.quoted(connection, WARNING_TABLE)
-    queue_table = sql.quoted(connection, sql.TABLE)
     with connection.cursor() as cursor:
         cursor.execute(
-            f"DELETE FROM {warnings} WHERE NOT EXISTS "
-            f"(SELECT 1 FROM {queue_table} q WHERE q.key = {warnings}.key)"
+            sql.statement(
+                connection,
+                "DELETE FROM {table} WHERE NOT EXISTS "
+                "(SELECT 1 FROM {queue} q WHERE q.{key} = {table}.{key})",
+                table=WARNING_TABLE,
+                queue=sql.quoted(connection, sql.table()),
+            )
         )

@@ -34,9 +34,10 @@ __all__ = [
 ]
 
 
-def _cursor() -> tuple[BaseDatabaseWrapper, str]:
+def _cursor() -> tuple[BaseDatabaseWrapper, str, str]:
+    """The queue's connection, its quoted table and key column."""
     connection = sql.connection()
-    return connection, sql.quoted(connection, sql.table())
+    return connection, sql.quoted(connection, sql.table()), sql.key_column(connection)
 
 
 # Every count the overview shows stops at this many rows (shown as "10,000+"):
@@ -97,7 +98,7 @@ class QueueOverview:
 def signatures(limit: int = MAX_CAUSES) -> list[str]:
     """The first `limit` distinct failure signatures, alphabetically: one seek each
     on the (signature, key) index, however many rows share a signature."""
-    connection, table = _cursor()
+    connection, table, _ = _cursor()
     with connection.cursor() as cursor:
         cursor.execute(
             f"WITH RECURSIVE s(v) AS (SELECT (SELECT signature FROM {table} "
@@ -139,8 +140,8 @@ def causes_by_queue(names: list[str]) -> dict[str, list[Cause]]:
     sigs = signatures()
     if not sigs or not names:
         return {}
-    connection, table = _cursor()
-    where = "signature = %s AND key >= %s AND key < %s"
+    connection, table, key = _cursor()
+    where = f"signature = %s AND {key} >= %s AND {key} < %s"
     pairs = [(name, sig) for name in names for sig in sigs]
     selects = [
         (_capped_sql(table, where), [sig, *keys.message_bounds(name)]) for name, sig in pairs
@@ -166,16 +167,16 @@ def overview(
     expired_before = max(0, gotime.epoch_ns(now - conf.MAX_QUEUE_AGE))
     expiring_before = max(0, gotime.epoch_ns(now - conf.MAX_QUEUE_AGE + horizon))
     names = queue_names()
-    connection, table = _cursor()
-    in_range = "key >= %s AND key < %s"
-    head = f"FROM {table} WHERE {in_range} ORDER BY key LIMIT 1"
+    connection, table, key = _cursor()
+    in_range = f"{key} >= %s AND {key} < %s"
+    head = f"FROM {table} WHERE {in_range} ORDER BY {key} LIMIT 1"
     columns = ", ".join(
         [
             _capped_sql(table, in_range),
             _capped_sql(table, in_range),
             _capped_sql(table, in_range),
-            f"(SELECT COUNT(*) FROM {table} WHERE key = %s)",
-            f"(SELECT key {head})",
+            f"(SELECT COUNT(*) FROM {table} WHERE {key} = %s)",
+            f"(SELECT {key} {head})",
             f"(SELECT value {head})",
         ]
     )

@@ -96,10 +96,13 @@ def queue_status(name: str) -> QueueStatus:
 
 def _status(connection: BaseDatabaseWrapper, prefix: bytes, depth: int) -> QueueStatus:
     name = prefix.decode("utf-8", errors="replace")
-    table = sql.quoted(connection, sql.table())
     head = sql.read(
         connection,
-        f"SELECT key, value FROM {table} WHERE key >= %s AND key < %s ORDER BY key LIMIT 1",
+        sql.statement(
+            connection,
+            "SELECT {key}, value FROM {table} WHERE {key} >= %s AND {key} < %s "
+            "ORDER BY {key} LIMIT 1",
+        ),
         (prefix + keys.SEPARATOR, prefix + b"\x01"),
     )
     if not head:

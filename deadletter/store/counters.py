@@ -24,11 +24,17 @@ def record_drop(connection: BaseDatabaseWrapper, queue: str, reason: str, n: int
         return
     if reason not in DROP_REASONS:
         raise ValueError(f"unknown drop reason {reason!r}; known: {', '.join(DROP_REASONS)}")
-    table = sql.quoted(connection, DROP_TABLE)
+    if connection.vendor == "mysql":
+        add = "ON DUPLICATE KEY UPDATE count = count + VALUES(count)"
+    else:
+        add = "ON CONFLICT (queue, reason) DO UPDATE SET count = {table}.count + excluded.count"
     with connection.cursor() as cursor:
         cursor.execute(
-            f"INSERT INTO {table} (queue, reason, count) VALUES (%s, %s, %s) "
-            f"ON CONFLICT (queue, reason) DO UPDATE SET count = {table}.count + excluded.count",
+            sql.statement(
+                connection,
+                "INSERT INTO {table} (queue, reason, count) VALUES (%s, %s, %s) " + add,
+                table=DROP_TABLE,
+            ),
             (queue, reason, n),
         )
 

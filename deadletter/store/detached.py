@@ -9,8 +9,9 @@ an atomic block or a manual one (`set_autocommit(False)`) alike.
 - `DIRECT`: the queue's connection is in no transaction of the caller's
   (autocommit, or only a test case's own transaction, which stands for
   autocommit): the INSERT runs on it and commits at once.
-- `PRIVATE` (PostgreSQL inside the caller's transaction): the INSERT runs on
-  a second connection of this thread to the same database, in autocommit.
+- `PRIVATE` (PostgreSQL or MySQL/MariaDB inside the caller's transaction): the
+  INSERT runs on a second connection of this thread to the same database, in
+  autocommit (the caller's row locks cannot block a fresh row's INSERT).
 - `DEFERRED` (SQLite inside the caller's transaction, where a second
   connection would wait for the write lock the caller holds; or a caller's
   block inside a test case's transaction): the record is appended to a spool
@@ -74,11 +75,11 @@ def route(connection: BaseDatabaseWrapper) -> Route:
         if connection.get_autocommit():
             return Route.DIRECT
         _install_hooks(connection)
-        return Route.PRIVATE if connection.vendor == "postgresql" else Route.DEFERRED
+        return Route.DEFERRED if connection.vendor == "sqlite" else Route.PRIVATE
     blocks = connection.atomic_blocks
     if all(getattr(block, "_from_testcase", False) for block in blocks):
         return Route.DIRECT
-    if connection.vendor == "postgresql" and not getattr(blocks[0], "_from_testcase", False):
+    if connection.vendor != "sqlite" and not getattr(blocks[0], "_from_testcase", False):
         _install_hooks(connection)
         return Route.PRIVATE
     _install_hooks(connection)

@@ -34,20 +34,27 @@ __all__ = [
 PROBE_ROWS = 5000
 
 
-def _heads_sql(vendor: str, table: str) -> str:
+def _heads_sql(connection: BaseDatabaseWrapper, table: str) -> str:
     """A loose index scan as a recursive query: each step one seek past the
     previous queue's range `[name, name 0x01)`."""
+    vendor = connection.vendor
+    key = sql.key_column(connection)
     if vendor == "postgresql":
         nul = "position('\\x00'::bytea IN h.k)"
         after = f"(CASE WHEN {nul} > 0 THEN substring(h.k FROM 1 FOR {nul} - 1) ELSE h.k END)"
         after += " || '\\x01'::bytea"
+    elif vendor == "mysql":
+        nul = "LOCATE(X'00', h.k)"
+        after = f"CONCAT(CASE WHEN {nul} > 0 THEN SUBSTRING(h.k, 1, {nul} - 1) ELSE h.k END"
+        after += ", X'01')"
     else:
         nul = "instr(h.k, X'00')"
         after = f"CAST((CASE WHEN {nul} > 0 THEN substr(h.k, 1, {nul} - 1) ELSE h.k END)"
         after += " || X'01' AS BLOB)"
     return (
-        f"WITH RECURSIVE h(k) AS (SELECT (SELECT key FROM {table} ORDER BY key LIMIT 1) "
-        f"UNION ALL SELECT (SELECT key FROM {table} WHERE key >= {after} ORDER BY key LIMIT 1) "
+        f"WITH RECURSIVE h(k) AS (SELECT (SELECT {key} FROM {table} ORDER BY {key} LIMIT 1) "
+        f"UNION ALL SELECT (SELECT {key} FROM {table} WHERE {key} >= {after} "
+        f"ORDER BY {key} LIMIT 1) "
         "FROM h WHERE h.k IS NOT NULL) SELECT k FROM h WHERE k IS NOT NULL"
     )
 
@@ -57,7 +64,7 @@ def queue_heads(connection: BaseDatabaseWrapper, table: str | None = None) -> li
     order: a legacy key when the queue has an aggregate. One statement, one
     index seek a queue, however many rows each holds."""
     quoted = sql.quoted(connection, table or sql.table())
-    return [bytes(k) for (k,) in sql.read(connection, _heads_sql(connection.vendor, quoted), ())]
+    return [bytes(k) for (k,) in sql.read(connection, _heads_sql(connection, quoted), ())]
 
 
 class snapshot:  # noqa: N801  (used as a context manager, like contextlib's)
@@ -89,13 +96,14 @@ class snapshot:  # noqa: N801  (used as a context manager, like contextlib's)
 
 def count_range(connection: BaseDatabaseWrapper, low: bytes, high: bytes | None) -> int:
     """Rows with `low <= key < high` (to the table's end when `high` is None)."""
-    table = sql.quoted(connection, sql.table())
     if high is None:
-        rows = sql.read(connection, f"SELECT COUNT(*) FROM {table} WHERE key >= %s", (low,))
+        query = sql.statement(connection, "SELECT COUNT(*) FROM {table} WHERE {key} >= %s")
+        rows = sql.read(connection, query, (low,))
     else:
-        rows = sql.read(
-            connection, f"SELECT COUNT(*) FROM {table} WHERE key >= %s AND key < %s", (low, high)
+        query = sql.statement(
+            connection, "SELECT COUNT(*) FROM {table} WHERE {key} >= %s AND {key} < %s"
         )
+        rows = sql.read(connection, query, (low, high))
     return int(rows[0][0])
 
 
@@ -118,9 +126,10 @@ def depths(connection: BaseDatabaseWrapper, prefixes: list[bytes]) -> list[int]:
     if connection.vendor != "sqlite":
         return [count_queue(connection, p) for p in prefixes]
     table = sql.quoted(connection, sql.table())
-    probe = (
-        f"SELECT COUNT(*) FROM (SELECT 1 FROM {table} WHERE key >= %s AND key < %s "
-        f"LIMIT {PROBE_ROWS + 1})"
+    probe = sql.statement(
+        connection,
+        "SELECT COUNT(*) FROM (SELECT 1 FROM {table} WHERE {key} >= %s AND {key} < %s LIMIT {n})",
+        n=PROBE_ROWS + 1,
     )
     found = [int(sql.read(connection, probe, (p, p + b"\x01"))[0][0]) for p in prefixes]
     big = [i for i, depth in enumerate(found) if depth > PROBE_ROWS]

@@ -170,9 +170,9 @@ def _recover_file(connection: BaseDatabaseWrapper, path: Path) -> int:
 def _write_once(connection: BaseDatabaseWrapper, queue: str, key: bytes, value: bytes) -> None:
     """Insert a spooled record unless the table holds it already; a key taken by
     another message meanwhile gets the record a fresh key."""
-    insert = sql.statement(connection, "INSERT INTO {table} (key, value) VALUES (%s, %s)")
+    insert = sql.statement(connection, "INSERT INTO {table} ({key}, value) VALUES (%s, %s)")
     existing = sql.read(
-        connection, sql.statement(connection, "SELECT value FROM {table} WHERE key = %s"), (key,)
+        connection, sql.statement(connection, "SELECT value FROM {table} WHERE {key} = %s"), (key,)
     )
     if existing and bytes(existing[0][0]) == value:
         return

@@ -18,6 +18,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 
 from deadletter import signals
 from deadletter.conf import conf
+from deadletter.models import QueuedMessage, refuse_long_keys
 from deadletter.wire.messages import Message
 
 logger = logging.getLogger("deadletter")
@@ -25,9 +26,10 @@ logger = logging.getLogger("deadletter")
 
 def table() -> str:
     """The queue table's name, from the model (`QueuedMessage._meta.db_table`)."""
-    from deadletter.models import QueuedMessage
-
     return QueuedMessage._meta.db_table
+
+
+_queue_table = table
 
 
 def __getattr__(name: str) -> Any:
@@ -45,18 +47,87 @@ def quoted(connection: BaseDatabaseWrapper, table: str) -> str:
     return connection.ops.quote_name(table)
 
 
-_statements: dict[tuple[str, str, str], str] = {}
+_statements: dict[tuple[Any, ...], str] = {}
 
 
-def statement(connection: BaseDatabaseWrapper, template: str) -> str:
-    """`template` with `{table}` as the queue table's quoted name, made once per
-    backend and table: the store and dequeue paths ask for it on every call."""
-    table_name = table()
-    cache_key = (connection.vendor, table_name, template)
+def statement(
+    connection: BaseDatabaseWrapper, template: str, *, table: str | None = None, **parts: object
+) -> str:
+    """`template` in this backend's SQL, made once per backend, table and parts: the
+    one place where a statement's vendor spelling is decided.
+
+    `{table}` is the quoted table (the queue table unless `table` names another),
+    `{key}` the quoted key column (`KEY` is a reserved word on MySQL),
+    `{skip_duplicate}` the clause that makes an INSERT leave a present key alone,
+    `{for_update}` a row lock where the backend has row locks (SQLite locks the
+    whole file: `take_write_lock`); `parts` fill the template's other fields.
+    """
+    table_name = table or _queue_table()
+    cache_key = (connection.vendor, table_name, template, *sorted(parts.items()))
     made = _statements.get(cache_key)
     if made is None:
-        made = _statements[cache_key] = template.format(table=quoted(connection, table_name))
+        made = _statements[cache_key] = template.format(
+            table=quoted(connection, table_name), **_vendor_parts(connection), **parts
+        )
     return made
+
+
+def _vendor_parts(connection: BaseDatabaseWrapper) -> dict[str, str]:
+    key = connection.ops.quote_name("key")
+    if connection.vendor == "mysql":
+        # Not INSERT IGNORE: that would also turn a value that does not fit into a
+        # warning and a cut row.
+        skip = f" ON DUPLICATE KEY UPDATE {key} = {key}"
+    else:
+        skip = " ON CONFLICT DO NOTHING"
+    return {
+        "key": key,
+        "skip_duplicate": skip,
+        "for_update": "" if connection.vendor == "sqlite" else " FOR UPDATE",
+    }
+
+
+def key_column(connection: BaseDatabaseWrapper) -> str:
+    """The key column's quoted name, for statements built around other parts."""
+    return connection.ops.quote_name("key")
+
+
+def insert_new(
+    connection: BaseDatabaseWrapper,
+    cursor: Any,
+    table: str,
+    columns: Sequence[str],
+    rows: Sequence[Sequence[Any]],
+) -> int:
+    """Insert `rows` (the key first), leaving a key already present as it is; how
+    many went in. The count needs `INSERT IGNORE` on MySQL, where an
+    `ON DUPLICATE KEY UPDATE` that changes nothing counts as a row found."""
+    if not rows:
+        return 0
+    names = ", ".join(connection.ops.quote_name(c) for c in columns)
+    marks = ", ".join(["%s"] * len(columns))
+    if connection.vendor == "mysql":
+        refuse_long_keys(connection, (bytes(row[0]) for row in rows))
+        template = "INSERT IGNORE INTO {table} ({names}) VALUES ({marks})"
+    else:
+        template = "INSERT INTO {table} ({names}) VALUES ({marks}) ON CONFLICT DO NOTHING"
+    query = statement(connection, template, table=table, names=names, marks=marks)
+    cursor.executemany(query, rows)
+    return max(cursor.rowcount, 0)
+
+
+def take_write_lock(connection: BaseDatabaseWrapper, cursor: Any, table: str) -> None:
+    """Inside a transaction, take SQLite's write lock now (a write that touches no
+    row), so that what is read next cannot change before the commit; other backends
+    lock the rows read with `{for_update}`."""
+    if connection.vendor == "sqlite":
+        cursor.execute(statement(connection, "DELETE FROM {table} WHERE 0", table=table))
+
+
+def can_skip_locked(connection: BaseDatabaseWrapper) -> bool:
+    """Whether several workers can claim rows of one queue at once here:
+    `SELECT ... FOR UPDATE SKIP LOCKED` (PostgreSQL, MariaDB >= 10.6, MySQL >= 8.0.1)."""
+    return connection.vendor != "sqlite" and connection.features.has_select_for_update_skip_locked
 
 
 def watched(connection: BaseDatabaseWrapper) -> bool:
@@ -102,14 +173,14 @@ def read(connection: BaseDatabaseWrapper, sql: str, params: Any) -> list[tuple[A
     if watched(connection):
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
-            return cursor.fetchall()
+            return list(cursor.fetchall())
     # Driver path when nothing watches: the wrapper's cost per page (bench_core).
     connection.ensure_connection()
     with connection.wrap_database_errors:
         cursor = connection.connection.cursor()
         try:
             cursor.execute(_driver_sql(connection.vendor, sql), params)
-            return cursor.fetchall()
+            return list(cursor.fetchall())
         finally:
             cursor.close()
 
@@ -146,10 +217,13 @@ class Conflict(Exception):
 def range_sql(connection: BaseDatabaseWrapper, table: str, inclusive: bool, limit: int) -> str:
     """A page of a key range in key order, from a key on (included or not): the one
     read every scan of the table uses. Parameters: the first key and the range's end."""
-    op = ">=" if inclusive else ">"
-    return (
-        f"SELECT key, value FROM {quoted(connection, table)} "
-        f"WHERE key {op} %s AND key < %s ORDER BY key LIMIT {int(limit)}"
+    return statement(
+        connection,
+        "SELECT {key}, value FROM {table} WHERE {key} {op} %s AND {key} < %s "
+        "ORDER BY {key} LIMIT {limit}",
+        table=table,
+        op=">=" if inclusive else ">",
+        limit=int(limit),
     )
 
 

@@ -352,10 +352,8 @@ def _insert_batch(
     """One transaction: read what the batch's keys hold, insert the others with ON
     CONFLICT DO NOTHING; a key another writer took meanwhile is judged by the
     bytes it holds afterwards."""
-    table = sql.quoted(connection, sql.TABLE)
-    insert = f"INSERT INTO {table} (key, value) VALUES (%s, %s) ON CONFLICT (key) DO NOTHING"
     with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
-        held = _held(cursor, table, [key for _, key, _ in batch])
+        held = _held(connection, cursor, [key for _, key, _ in batch])
         new: dict[bytes, tuple[int, bytes]] = {}
         for number, key, value in batch:
             queued = held[key] if key in held else new[key][1] if key in new else None
@@ -367,11 +365,11 @@ def _insert_batch(
                 loaded.conflict(number, key)
         if not new:
             return
-        cursor.executemany(insert, [(key, value) for key, (_, value) in new.items()])
-        inserted = max(cursor.rowcount, 0)  # the rows inserted, on SQLite and psycopg 3
+        rows = [(key, value) for key, (_, value) in new.items()]
+        inserted = sql.insert_new(connection, cursor, sql.table(), ("key", "value"), rows)
         loaded.inserted += inserted
         if inserted < len(new):
-            now_held = _held(cursor, table, list(new))
+            now_held = _held(connection, cursor, list(new))
             taken = [(n, k) for k, (n, v) in new.items() if now_held.get(k) != v]
             for number, key in taken:
                 loaded.conflict(number, key)
@@ -381,13 +379,17 @@ def _insert_batch(
 _KEYS_PER_SELECT = 500  # well under SQLite's bound-variable limit
 
 
-def _held(cursor: Any, table: str, batch: list[bytes]) -> dict[bytes, bytes]:
+def _held(connection: BaseDatabaseWrapper, cursor: Any, batch: list[bytes]) -> dict[bytes, bytes]:
     """The bytes queued under each key of `batch` that is queued."""
     found: dict[bytes, bytes] = {}
     for start in range(0, len(batch), _KEYS_PER_SELECT):
         chunk = batch[start : start + _KEYS_PER_SELECT]
-        marks = ", ".join(["%s"] * len(chunk))
-        cursor.execute(f"SELECT key, value FROM {table} WHERE key IN ({marks})", chunk)
+        query = sql.statement(
+            connection,
+            "SELECT {key}, value FROM {table} WHERE {key} IN ({marks})",
+            marks=", ".join(["%s"] * len(chunk)),
+        )
+        cursor.execute(query, chunk)
         found.update((bytes(key), bytes(value or b"")) for key, value in cursor.fetchall())
     return found
 

@@ -103,8 +103,8 @@ def test_a_handler_under_a_timeout_closes_its_threads_connections_when_it_ends(
 
 
 def test_the_claim_transaction_is_closed_once_the_timeout_passed(settings: Any) -> None:
-    if connection.vendor != "postgresql":
-        pytest.skip("PostgreSQL claims rows in a transaction; SQLite holds none while handling")
+    if connection.vendor == "sqlite":
+        pytest.skip("a server claims rows in a transaction; SQLite holds none while handling")
     settings.DEADLETTER_HANDLER_TIMEOUT = 0.5
     park("hangs")
     assert Drainer().run().failed == 1

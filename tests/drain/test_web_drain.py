@@ -27,7 +27,7 @@ from deadletter.wire import keys
 from deadletter.wire.messages import Message
 from tests.drain import web_harness
 from tests.drain.drain_harness import assert_only_messages_in_hand_were_delivered_twice
-from tests.factories import park, park_aged, parked, parked_messages
+from tests.factories import park, park_aged, parked, parked_messages, raw_sql
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -347,8 +347,8 @@ def test_a_web_drain_returns_within_its_budget_when_the_handler_hangs(
 def test_no_transaction_holds_the_row_once_an_api_drain_gave_up_on_its_handler(
     api: APIClient, settings: Any
 ) -> None:
-    if connection.vendor != "postgresql":
-        pytest.skip("PostgreSQL claims rows in a transaction; SQLite holds none while handling")
+    if connection.vendor == "sqlite":
+        pytest.skip("a server claims rows in a transaction; SQLite holds none while handling")
     settings.DEADLETTER_API_TIME_BUDGET = 1
     (key,) = park("stuck", queue="hangs")
     hang_from_the_api(api, Client(), key)
@@ -373,8 +373,7 @@ def _lock_now(key: bytes) -> bool:
         try:
             with transaction.atomic(), connection.cursor() as cursor:
                 cursor.execute(
-                    f"SELECT key FROM {QueuedMessage._meta.db_table} WHERE key = %s "
-                    "FOR UPDATE NOWAIT",
+                    raw_sql("SELECT {key} FROM {table} WHERE {key} = %s FOR UPDATE NOWAIT"),
                     [key],
                 )
                 got.append(cursor.fetchone() is not None)

@@ -13,7 +13,7 @@ from deadletter.transfer import ndjson
 from deadletter.wire import codec, keys
 from deadletter.wire.gotime import GoTime
 from deadletter.wire.messages import Message
-from tests.factories import manage_py
+from tests.factories import manage_py, raw_sql
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -127,10 +127,8 @@ def test_conflicting_keys_are_counted_apart_left_as_queued_and_exit_non_zero(
     retried = key_of(2)
     queued = encoded(Message(subject="retried", extra={"Attempts": 1}))
     with connection.cursor() as cursor:
-        cursor.execute(
-            "UPDATE deadletter_queuedmessage SET value = %s WHERE key = %s", (queued, retried)
-        )
-        cursor.execute("DELETE FROM deadletter_queuedmessage WHERE key = %s", (key_of(3),))
+        cursor.execute(raw_sql("UPDATE {table} SET value = %s WHERE {key} = %s"), (queued, retried))
+        cursor.execute(raw_sql("DELETE FROM {table} WHERE {key} = %s"), (key_of(3),))
     out = StringIO()
     with pytest.raises(CommandError) as error:
         call_command("deadletter_load", str(path), stdout=out, stderr=StringIO())
@@ -142,6 +140,6 @@ def test_conflicting_keys_are_counted_apart_left_as_queued_and_exit_non_zero(
         f"(line 3 key {retried.hex()})"
     )
     with connection.cursor() as cursor:
-        cursor.execute("SELECT value FROM deadletter_queuedmessage WHERE key = %s", (retried,))
+        cursor.execute(raw_sql("SELECT value FROM {table} WHERE {key} = %s"), (retried,))
         assert bytes(cursor.fetchone()[0]) == queued
     assert count() == 4

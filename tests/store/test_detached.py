@@ -26,7 +26,7 @@ from deadletter.queue import fetch_failed_msgs, store_failed_msgs
 from deadletter.store import detached, spool
 from deadletter.wire import keys
 from deadletter.wire.messages import Message
-from tests.factories import REPO, parked
+from tests.factories import REPO, parked, raw_sql
 
 OWN = "deadletter_own"
 
@@ -61,7 +61,7 @@ def seen_from_another_connection(alias: str, queue: str = "q") -> int:
         low, high = keys.queue_bounds(queue)
         with other.cursor() as cursor:
             cursor.execute(
-                "SELECT COUNT(*) FROM deadletter_queuedmessage WHERE key >= %s AND key < %s",
+                raw_sql("SELECT COUNT(*) FROM {table} WHERE {key} >= %s AND {key} < %s"),
                 (low, high),
             )
             return int(cursor.fetchone()[0])
@@ -199,9 +199,9 @@ def test_a_block_on_the_queues_own_database_itself_keeps_the_message(own_databas
 
 
 @pytest.mark.django_db(transaction=True)
-def test_on_postgresql_the_store_commits_before_the_callers_transaction_ends() -> None:
-    if connection.vendor != "postgresql":
-        pytest.skip("PostgreSQL writes on a second connection")
+def test_on_a_database_server_the_store_commits_before_the_callers_transaction_ends() -> None:
+    if connection.vendor == "sqlite":
+        pytest.skip("PostgreSQL and MySQL write on a second connection")
     with transaction.atomic():
         store_failed_msgs("q", Message(subject="now"))
         assert seen_from_another_connection("default") == 1
@@ -209,9 +209,9 @@ def test_on_postgresql_the_store_commits_before_the_callers_transaction_ends() -
 
 
 @pytest.mark.django_db(transaction=True)
-def test_on_postgresql_a_broken_callers_transaction_still_parks() -> None:
-    if connection.vendor != "postgresql":
-        pytest.skip("PostgreSQL: a failed statement breaks the transaction")
+def test_on_a_database_server_a_broken_callers_transaction_still_parks() -> None:
+    if connection.vendor == "sqlite":
+        pytest.skip("PostgreSQL and MySQL: a failed statement breaks the transaction")
     from django.db import DatabaseError
 
     with pytest.raises(DeliveryFailed), transaction.atomic():
@@ -223,9 +223,9 @@ def test_on_postgresql_a_broken_callers_transaction_still_parks() -> None:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_on_postgresql_the_second_connection_is_reused_and_closed_with_the_callers() -> None:
-    if connection.vendor != "postgresql":
-        pytest.skip("PostgreSQL writes on a second connection")
+def test_on_a_database_server_the_second_connection_is_reused_and_closed_with_the_callers() -> None:
+    if connection.vendor == "sqlite":
+        pytest.skip("PostgreSQL and MySQL write on a second connection")
     caller = connections["default"]
     with transaction.atomic():
         store_failed_msgs("q", Message(subject="one"))
@@ -242,8 +242,8 @@ def test_on_postgresql_the_second_connection_is_reused_and_closed_with_the_calle
 
 @pytest.mark.django_db(transaction=True)
 def test_the_second_connection_follows_django_at_the_end_of_a_request() -> None:
-    if connection.vendor != "postgresql":
-        pytest.skip("PostgreSQL writes on a second connection")
+    if connection.vendor == "sqlite":
+        pytest.skip("PostgreSQL and MySQL write on a second connection")
     from django.core.signals import request_finished
 
     with transaction.atomic():
@@ -345,9 +345,9 @@ def test_a_manual_transaction_rolled_back_keeps_the_message() -> None:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_manual_transaction_still_open_does_not_hold_the_message_back_on_postgresql() -> None:
-    if connection.vendor != "postgresql":
-        pytest.skip("PostgreSQL writes on a second connection")
+def test_a_manual_transaction_still_open_does_not_hold_the_message_back_on_a_server() -> None:
+    if connection.vendor == "sqlite":
+        pytest.skip("PostgreSQL and MySQL write on a second connection")
     transaction.set_autocommit(False)
     try:
         store_failed_msgs("q", Message(subject="seen by others"))

@@ -10,11 +10,12 @@ from django.dispatch import Signal
 from deadletter.models import QueuedMessage
 from deadletter.store import sql
 from deadletter.wire import keys
+from tests.factories import raw_sql
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 TABLE = QueuedMessage._meta.db_table
-INSERT = f"INSERT INTO {TABLE} (key, value) VALUES (%s, %s)"
+INSERT = raw_sql("INSERT INTO {table} ({key}, value) VALUES (%s, %s)")
 
 
 def test_a_failed_write_inside_a_transaction_leaves_the_transaction_usable() -> None:
@@ -160,13 +161,14 @@ def test_the_table_name_is_the_models_own() -> None:
 
 
 def test_a_statement_names_the_models_table_quoted_for_the_backend(monkeypatch) -> None:
-    template = "DELETE FROM {table} WHERE key = %s"
+    template = "DELETE FROM {table} WHERE {key} = %s"
+    key = connection.ops.quote_name("key")
     assert sql.statement(connection, template) == (
-        f"DELETE FROM {connection.ops.quote_name(QueuedMessage._meta.db_table)} WHERE key = %s"
+        f"DELETE FROM {connection.ops.quote_name(QueuedMessage._meta.db_table)} WHERE {key} = %s"
     )
     monkeypatch.setattr(QueuedMessage._meta, "db_table", "elsewhere")
     assert sql.statement(connection, template) == (
-        f"DELETE FROM {connection.ops.quote_name('elsewhere')} WHERE key = %s"
+        f"DELETE FROM {connection.ops.quote_name('elsewhere')} WHERE {key} = %s"
     )
 
 

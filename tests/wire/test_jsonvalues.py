@@ -17,7 +17,7 @@ from rest_framework.test import APIClient
 
 from deadletter.wire import keys
 from deadletter.wire.jsonvalues import from_json, to_json
-from tests.factories import insert
+from tests.factories import insert, raw_sql
 
 API = "/api/deadletter"
 
@@ -131,4 +131,4 @@ def test_any_stored_value_reads_through_the_api_without_a_server_error(value: An
             assert shown["messages"][0]["extra"]["Value"] == to_json(value)
     finally:
         with connection.cursor() as cursor:
-            cursor.execute("DELETE FROM deadletter_queuedmessage WHERE key = %s", (key,))
+            cursor.execute(raw_sql("DELETE FROM {table} WHERE {key} = %s"), (key,))

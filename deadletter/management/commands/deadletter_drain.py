@@ -98,7 +98,7 @@ class Command(BaseCommand):
             type=positive_int,
             default=1,
             metavar="N",
-            help="Worker processes (PostgreSQL only; SQLite runs one).",
+            help="Worker processes (PostgreSQL, MySQL/MariaDB; SQLite runs one).",
         )
         parser.add_argument(
             "--wait",

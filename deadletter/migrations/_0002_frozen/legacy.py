@@ -91,6 +91,7 @@ def split_legacy_row(
     another reader split it first.
     """
     quoted = connection.ops.quote_name(table)
+    k = connection.ops.quote_name("key")
     queue = prefix.decode("utf-8", errors="replace")
     count = codec.count_messages(value)
     seq = split_seq(prefix, value)
@@ -112,7 +113,12 @@ def split_legacy_row(
                         rows.append((keys.make_key(prefix, base_ns + index, seq ^ index), encoded))
                 if rows:
                     cursor.executemany(
-                        f"INSERT INTO {quoted} (key, value) VALUES (%s, %s) ON CONFLICT DO NOTHING",
+                        f"INSERT INTO {quoted} ({k}, value) VALUES (%s, %s) "
+                        + (
+                            f"ON DUPLICATE KEY UPDATE {k} = {k}"
+                            if connection.vendor == "mysql"
+                            else "ON CONFLICT DO NOTHING"
+                        ),
                         rows,
                     )
             stored += len(rows)
@@ -128,7 +134,7 @@ def split_legacy_row(
         connection.cursor() as cursor,
     ):
         _claim(connection, cursor, quoted, prefix, len(value))
-        cursor.execute(f"DELETE FROM {quoted} WHERE key = %s", (prefix,))
+        cursor.execute(f"DELETE FROM {quoted} WHERE {k} = %s", (prefix,))
     logger.info("split legacy row queue=%s messages=%s stored=%s", queue, count, stored)
     return stored
 
@@ -182,14 +188,15 @@ def _claim(
     The length, not the bytes, tells whether the row is still the one read:
     sending a big blob back to compare it costs two more copies of it.
     """
+    k = connection.ops.quote_name("key")
     if connection.vendor == "sqlite":
         cursor.execute(f"DELETE FROM {quoted} WHERE 0")
         cursor.execute(
-            f"SELECT 1 FROM {quoted} WHERE key = %s AND length(value) = %s", (prefix, length)
+            f"SELECT 1 FROM {quoted} WHERE {k} = %s AND length(value) = %s", (prefix, length)
         )
     else:
         cursor.execute(
-            f"SELECT 1 FROM {quoted} WHERE key = %s AND length(value) = %s FOR UPDATE",
+            f"SELECT 1 FROM {quoted} WHERE {k} = %s AND length(value) = %s FOR UPDATE",
             (prefix, length),
         )
     if cursor.fetchone() is None:
@@ -202,8 +209,9 @@ _ANCHOR_PROBE = 64
 def _anchor(cursor: Any, quoted: str, prefix: bytes, seq: int, count: int, now_ns: int) -> int:
     """`top_ns` for an aggregate of `count` messages: from a row an earlier attempt stored, if
     any is among the queue's first rows; else just below the queue's first row (or now)."""
+    k = cursor.db.ops.quote_name("key")
     cursor.execute(
-        f"SELECT key FROM {quoted} WHERE key > %s AND key < %s ORDER BY key LIMIT {_ANCHOR_PROBE}",
+        f"SELECT {k} FROM {quoted} WHERE {k} > %s AND {k} < %s ORDER BY {k} LIMIT {_ANCHOR_PROBE}",
         (prefix, prefix + b"\x01"),
     )
     first_ns: int | None = None
@@ -227,13 +235,14 @@ def _undo(
     connection: BaseDatabaseWrapper, quoted: str, prefix: bytes, base_ns: int, seq: int, upto: int
 ) -> None:
     """Remove the rows a split wrote for messages `0..upto` (a corrupt aggregate), in batches."""
+    k = connection.ops.quote_name("key")
     for start in range(0, upto, _SPLIT_BATCH):
         doomed = [
             (keys.make_key(prefix, base_ns + i, seq ^ i),)
             for i in range(start, min(upto, start + _SPLIT_BATCH))
         ]
         with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
-            cursor.executemany(f"DELETE FROM {quoted} WHERE key = %s", doomed)
+            cursor.executemany(f"DELETE FROM {quoted} WHERE {k} = %s", doomed)
 
 
 def _batches(rows: Iterator[T], size: int) -> Iterator[list[T]]:
@@ -254,8 +263,9 @@ def iter_queue_heads(connection: BaseDatabaseWrapper, table: str) -> Iterator[by
     whole range `[name, name 0x01)`, so finding the legacy rows of a table of
     millions of rows costs one indexed lookup per queue, not a full scan.
     """
+    k = connection.ops.quote_name("key")
     query = (
-        f"SELECT key FROM {connection.ops.quote_name(table)} WHERE key >= %s ORDER BY key LIMIT 1"
+        f"SELECT {k} FROM {connection.ops.quote_name(table)} WHERE {k} >= %s ORDER BY {k} LIMIT 1"
     )
     after = b""
     while True:
@@ -280,13 +290,14 @@ def split_legacy_rows(connection: BaseDatabaseWrapper, table: str) -> tuple[int,
     own rule: a schema step should not be the one to destroy data.
     """
     quoted = connection.ops.quote_name(table)
+    k = connection.ops.quote_name("key")
     split = stored = 0
     for head in iter_queue_heads(connection, table):
         if not keys.is_legacy_key(head):
             continue
         queue = keys.queue_of(head)
         with connection.cursor() as cursor:
-            cursor.execute(f"SELECT value FROM {quoted} WHERE key = %s", (head,))
+            cursor.execute(f"SELECT value FROM {quoted} WHERE {k} = %s", (head,))
             row = cursor.fetchone()
         if row is None:
             continue
@@ -327,6 +338,7 @@ def fold_queue_rows(
     built is held, so memory stays near twice the aggregate's size.
     """
     quoted = connection.ops.quote_name(table)
+    k = connection.ops.quote_name("key")
     queue = prefix.decode("utf-8", errors="replace")
     high = prefix + b"\x01"
     body = bytearray()
@@ -335,8 +347,8 @@ def fold_queue_rows(
         after, op = prefix, ">="
         while True:
             cursor.execute(
-                f"SELECT key, value FROM {quoted} WHERE key {op} %s AND key < %s "
-                f"ORDER BY key LIMIT {int(batch_size)}",
+                f"SELECT {k}, value FROM {quoted} WHERE {k} {op} %s AND {k} < %s "
+                f"ORDER BY {k} LIMIT {int(batch_size)}",
                 (after, high),
             )
             rows = cursor.fetchall()
@@ -364,13 +376,13 @@ def fold_queue_rows(
                 count += added
                 folded.append((key,))
             if folded:
-                cursor.executemany(f"DELETE FROM {quoted} WHERE key = %s", folded)
+                cursor.executemany(f"DELETE FROM {quoted} WHERE {k} = %s", folded)
             after, op = bytes(rows[-1][0]), ">"
         if count:
             value = _cbor_array_head(count) + bytes(body)
             del body
             cursor.execute(
-                f"INSERT INTO {quoted} (key, value) VALUES (%s, %s)",
+                f"INSERT INTO {quoted} ({k}, value) VALUES (%s, %s)",
                 (prefix, value),
             )
     logger.info("folded queue into a legacy row queue=%s messages=%s", queue, count)

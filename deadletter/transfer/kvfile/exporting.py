@@ -68,10 +68,13 @@ class _KvTable(Sink):
 def _table_first_message_ns(
     connection: BaseDatabaseWrapper, table: str, prefix: bytes
 ) -> int | None:
-    quoted = connection.ops.quote_name(table)
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT key FROM {quoted} WHERE key > %s AND key < %s ORDER BY key LIMIT 1",
+            sql.statement(
+                connection,
+                "SELECT {key} FROM {table} WHERE {key} > %s AND {key} < %s ORDER BY {key} LIMIT 1",
+                table=table,
+            ),
             (prefix, prefix + b"\x01"),
         )
         row = cursor.fetchone()
