@@ -8,12 +8,11 @@ them; the hot paths (store, dequeue, a scan's pages) stay raw SQL in `store/sql.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.db import DataError, connections, models, transaction
+from django.db import models
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from deadletter.wire import keys
@@ -23,21 +22,6 @@ WARNING_TABLE = "deadletter_expirywarning"
 # The longest key the app writes: a queue name of `MAX_QUEUE_NAME_BYTES`, a NUL,
 # two 8-byte numbers. The column's bound on MySQL/MariaDB (`HexKeyField.db_type`).
 KEY_BYTES = keys.MAX_QUEUE_NAME_BYTES + 17
-
-
-def refuse_long_keys(connection: BaseDatabaseWrapper, row_keys: Iterable[bytes]) -> None:
-    """`DataError` for a key the key column cannot hold on this backend, before
-    anything is sent: MySQL's `INSERT IGNORE` would store it cut short. SQLite
-    and PostgreSQL take a key of any length (a Go file may hold one)."""
-    if connection.vendor != "mysql":
-        return
-    for key in row_keys:
-        if len(key) > KEY_BYTES:
-            raise DataError(
-                f"a key of {len(key)} bytes ({bytes(key)[:40]!r}...) is longer than the "
-                f"{KEY_BYTES} bytes a key holds on MySQL/MariaDB (a queue name of at most "
-                f"{keys.MAX_QUEUE_NAME_BYTES} bytes)"
-            )
 
 
 class HexKey(bytes):
@@ -111,7 +95,7 @@ class ExactTextField(models.CharField):
 
 
 class QueuedMessageQuerySet(models.QuerySet["QueuedMessage"]):
-    """A queue's tail, its row count, a claimed row, rows inserted unless present."""
+    """A queue's tail, its row count, a claimed row."""
 
     def of_queue(self, queue: str) -> QueuedMessageQuerySet:
         """The rows of `queue`: its key range `[name, name 0x01)`, a legacy row first."""
@@ -151,15 +135,6 @@ class QueuedMessageQuerySet(models.QuerySet["QueuedMessage"]):
         if lock:
             rows = rows.select_for_update(skip_locked=True)
         return _row(rows.values_list("key", "value").first())
-
-    def insert_missing(self, rows: Iterable[tuple[bytes, bytes]]) -> None:
-        """Insert `(key, value)` rows in one short transaction, leaving a key already
-        present as it is; the instances are built before the write lock is taken."""
-        rows = list(rows)
-        refuse_long_keys(connections[self.db], (key for key, _ in rows))
-        objs = [self.model(key=key, value=value) for key, value in rows]
-        with transaction.atomic(using=self.db):
-            self.bulk_create(objs, ignore_conflicts=True)
 
 
 def _row(row: Any) -> tuple[bytes, bytes] | None:

@@ -43,14 +43,6 @@ def test_count_rows_counts_up_to_and_including_until() -> None:
     assert QueuedMessage.objects.count_rows("q", until=second) == 2
 
 
-def test_insert_missing_leaves_a_present_key_as_it_is() -> None:
-    (key,) = put("q")
-    fresh = keys.new_key("q")
-    QueuedMessage.objects.insert_missing([(key, b"\x81"), (fresh, b"\x82")])
-    assert bytes(QueuedMessage.objects.get(key=key).value) == b"\x80"
-    assert bytes(QueuedMessage.objects.get(key=fresh).value) == b"\x82"
-
-
 def test_these_reads_are_orm_statements_django_sees(django_assert_num_queries) -> None:
     put("q")
     with django_assert_num_queries(2):

@@ -10,15 +10,16 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
-from django.db import connections, transaction
+from django.db import DataError, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from deadletter import signals
 from deadletter.conf import conf
-from deadletter.models import QueuedMessage, refuse_long_keys
+from deadletter.models import KEY_BYTES, QueuedMessage
+from deadletter.wire import keys
 from deadletter.wire.messages import Message
 
 logger = logging.getLogger("deadletter")
@@ -92,6 +93,21 @@ def key_column(connection: BaseDatabaseWrapper) -> str:
     return connection.ops.quote_name("key")
 
 
+def refuse_long_keys(connection: BaseDatabaseWrapper, row_keys: Iterable[bytes]) -> None:
+    """`DataError` for a key the key column cannot hold on this backend, before
+    anything is sent: MySQL's `INSERT IGNORE` would store it cut short. SQLite
+    and PostgreSQL take a key of any length (a Go file may hold one)."""
+    if connection.vendor != "mysql":
+        return
+    for key in row_keys:
+        if len(key) > KEY_BYTES:
+            raise DataError(
+                f"a key of {len(key)} bytes ({bytes(key)[:40]!r}...) is longer than the "
+                f"{KEY_BYTES} bytes a key holds on MySQL/MariaDB (a queue name of at most "
+                f"{keys.MAX_QUEUE_NAME_BYTES} bytes)"
+            )
+
+
 def insert_new(
     connection: BaseDatabaseWrapper,
     cursor: Any,
@@ -112,8 +128,54 @@ def insert_new(
     else:
         template = "INSERT INTO {table} ({names}) VALUES ({marks}) ON CONFLICT DO NOTHING"
     query = statement(connection, template, table=table, names=names, marks=marks)
+    for row in rows:  # the driver sends a batch in statements of at most 64 KiB
+        refuse_oversized(connection, query, row)
     cursor.executemany(query, rows)
     return max(cursor.rowcount, 0)
+
+
+class PacketTooLarge(DataError):
+    """A statement the MySQL/MariaDB server would refuse for its size: sending it
+    would only drop the connection (the server closes it on an oversized packet)."""
+
+
+# The bytes mysqlclient escapes with a backslash in a literal, each sent as two.
+_ESCAPED = (b"\x00", b"\n", b"\r", b"\\", b"'", b'"', b"\x1a")
+_PACKET_ATTR = "_deadletter_max_packet"
+_SMALL_STATEMENT = 1 << 16  # far under any server's max_allowed_packet: not measured
+
+
+def refuse_oversized(connection: BaseDatabaseWrapper, sql: str, params: Sequence[Any]) -> None:
+    """`PacketTooLarge` for a statement over the MySQL/MariaDB server's
+    `max_allowed_packet`, counted as the driver sends it (bytes escaped in a literal);
+    nothing elsewhere, where a statement has no such bound."""
+    if connection.vendor != "mysql":
+        return
+    blobs = [bytes(p) for p in params if isinstance(p, bytes | bytearray | memoryview)]
+    raw = len(sql) + sum(len(b) for b in blobs)
+    if raw < _SMALL_STATEMENT:
+        return
+    size = raw + sum(b.count(c) for b in blobs for c in _ESCAPED) + 16 * len(blobs)
+    limit = max_packet(connection)
+    if size > limit:
+        raise PacketTooLarge(
+            f"the statement would be {size:,} bytes, over the database server's "
+            f"max_allowed_packet of {limit:,} bytes; raise max_allowed_packet on the server "
+            "(and DEADLETTER_MAX_ROW_BYTES with it) or write a smaller message"
+        )
+
+
+def max_packet(connection: BaseDatabaseWrapper) -> int:
+    """The server's `max_allowed_packet`, read once per database connection."""
+    connection.ensure_connection()
+    cached = connection.__dict__.get(_PACKET_ATTR)
+    if cached is not None and cached[0] is connection.connection:
+        return int(cached[1])
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT @@max_allowed_packet")
+        (limit,) = cursor.fetchone()
+    connection.__dict__[_PACKET_ATTR] = (connection.connection, int(limit))
+    return int(limit)
 
 
 def take_write_lock(connection: BaseDatabaseWrapper, cursor: Any, table: str) -> None:
@@ -141,10 +203,13 @@ def write(
 ) -> int:
     """Run one write, in a savepoint when the caller holds a transaction so a
     failed statement does not poison it; in its own autocommit otherwise.
+    `PacketTooLarge` before anything is sent for one the server would refuse.
 
     Through Django's cursor whenever anyone is watching (`watched`), inside a
     transaction, or when `instrumented` (a second connection's rare writes).
     """
+    if connection.vendor == "mysql":
+        refuse_oversized(connection, sql, params)
     if connection.in_atomic_block:
         with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
             cursor.execute(sql, params)

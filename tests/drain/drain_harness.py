@@ -1,5 +1,5 @@
-"""A drain in a child process, and the handler it runs: shared by the command's
-tests and the PostgreSQL scale-out tests."""
+"""A drain in a child process, the handler it runs, and who holds row locks:
+shared by the command's tests, the time-limit tests and the scale-out tests."""
 
 from __future__ import annotations
 
@@ -16,8 +16,30 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from django.db import connection
+
 from deadletter.wire.messages import Message
-from tests.factories import REPO
+from tests.factories import REPO, TABLE
+
+
+def other_sessions_holding_locks() -> list[tuple[Any, ...]]:
+    """The other sessions of this database that hold a lock in the queue table (an
+    open claim transaction, say): one row each, empty when none does."""
+    with connection.cursor() as cursor:
+        if connection.vendor == "mysql":
+            cursor.execute(
+                "SELECT t.trx_mysql_thread_id, t.trx_state FROM information_schema.INNODB_TRX t "
+                "JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id "
+                "WHERE p.DB = DATABASE() AND t.trx_mysql_thread_id <> CONNECTION_ID() "
+                "AND (t.trx_rows_locked > 0 OR t.trx_tables_locked > 0)"
+            )
+        else:
+            cursor.execute(
+                "SELECT a.pid, a.state FROM pg_stat_activity a JOIN pg_locks l ON l.pid = a.pid "
+                "WHERE l.relation = %s::regclass AND a.pid <> pg_backend_pid()",
+                [TABLE],
+            )
+        return list(cursor.fetchall())
 
 
 def recording_handler(msg: Message) -> Message | None:

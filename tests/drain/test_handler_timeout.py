@@ -21,6 +21,7 @@ from deadletter.drain import DrainConfigError, Drainer, Outcome, redeliver, time
 from deadletter.models import QueuedMessage
 from deadletter.queue import fetch_failed_msgs
 from deadletter.wire.messages import Message
+from tests.drain.drain_harness import other_sessions_holding_locks
 from tests.factories import REPO, park, parked, parked_messages
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -110,13 +111,7 @@ def test_the_claim_transaction_is_closed_once_the_timeout_passed(settings: Any) 
     assert Drainer().run().failed == 1
     assert not release.is_set()  # the handler still runs
     assert not connection.in_atomic_block
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
-            "WHERE l.relation = %s::regclass AND a.state LIKE 'idle in transaction%%'",
-            [QueuedMessage._meta.db_table],
-        )
-        assert cursor.fetchone() == (0,)
+    assert other_sessions_holding_locks() == []
 
 
 @pytest.mark.parametrize("value", [0, -1, "30", True, float("nan")])

@@ -1,4 +1,5 @@
-"""Scale-out on PostgreSQL: SKIP LOCKED claims, worker processes, SIGKILL, concurrent enqueue."""
+"""Scale-out on PostgreSQL and MySQL/MariaDB: SKIP LOCKED claims, worker processes,
+SIGKILL, concurrent enqueue."""
 
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
-def postgres() -> None:
+def server_db() -> None:
     if connection.vendor == "sqlite":
         pytest.skip("scale-out runs on PostgreSQL and MySQL/MariaDB; this run is on SQLite")
 
@@ -64,14 +65,14 @@ def remaining(queue: str = "q") -> int:
 # --- claims ------------------------------------------------------------------------
 
 
-def test_a_claimed_row_is_skipped_by_every_other_claim(postgres: None) -> None:
+def test_a_claimed_row_is_skipped_by_every_other_claim(server_db: None) -> None:
     bulk_park("q", 2)
     with claim_held_by_another_thread("q") as first, claiming("q") as item:
         second = item.key
     assert second != first
 
 
-def test_a_claim_rolled_back_releases_the_row_untouched(postgres: None) -> None:
+def test_a_claim_rolled_back_releases_the_row_untouched(server_db: None) -> None:
     bulk_park("q", 1)
     with pytest.raises(RuntimeError), claiming("q") as item:
         raise RuntimeError("worker died")
@@ -79,16 +80,29 @@ def test_a_claim_rolled_back_releases_the_row_untouched(postgres: None) -> None:
         assert again.key == item.key
 
 
-def test_claim_outside_a_transaction_is_refused(postgres: None) -> None:
+def test_claim_outside_a_transaction_is_refused(server_db: None) -> None:
     from django.db.transaction import TransactionManagementError
 
     with pytest.raises(TransactionManagementError):
         claim_failed_msg("q")
 
 
-def test_the_queue_range_scan_and_the_claim_use_the_primary_key_index(postgres: None) -> None:
+def test_the_queue_range_scan_and_the_claim_use_the_primary_key_index(server_db: None) -> None:
     for name in ("a", "q", "z"):
         bulk_park(name, 5000)
+    low, high = keys.queue_bounds("q")
+    page = (queue.page_sql(connection, True, 1000), (low, high))  # iter_failed_msgs' read
+    with CaptureQueriesContext(connection) as ctx, claiming("q", after=low):
+        pass
+    (claim,) = [(q["sql"], ()) for q in ctx.captured_queries if "SKIP LOCKED" in q["sql"]]
+    for sql, params in (page, claim):
+        if connection.vendor == "mysql":
+            assert_mysql_reads_the_primary_key_in_order(sql, params)
+        else:
+            assert_postgresql_reads_the_primary_key_in_order(sql, params)
+
+
+def assert_postgresql_reads_the_primary_key_in_order(sql: str, params: tuple) -> None:
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE deadletter_queuedmessage")
         cursor.execute(
@@ -96,17 +110,21 @@ def test_the_queue_range_scan_and_the_claim_use_the_primary_key_index(postgres: 
             "AND indexdef LIKE '%%UNIQUE%%(key)'"
         )
         (pkey,) = cursor.fetchone()
-    low, high = keys.queue_bounds("q")
-    page = (queue.page_sql(connection, True, 1000), (low, high))  # iter_failed_msgs' read
-    with CaptureQueriesContext(connection) as ctx, claiming("q", after=low):
-        pass
-    (claim,) = [(q["sql"], ()) for q in ctx.captured_queries if "SKIP LOCKED" in q["sql"]]
-    for sql, params in (page, claim):
-        with connection.cursor() as cursor:
-            cursor.execute("EXPLAIN " + sql, params)
-            plan = "\n".join(row[0] for row in cursor.fetchall())
-        assert f"Index Scan using {pkey}" in plan or f"Index Only Scan using {pkey}" in plan, plan
-        assert "Seq Scan" not in plan and "Sort" not in plan, plan
+        cursor.execute("EXPLAIN " + sql, params)
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert f"Index Scan using {pkey}" in plan or f"Index Only Scan using {pkey}" in plan, plan
+    assert "Seq Scan" not in plan and "Sort" not in plan, plan
+
+
+def assert_mysql_reads_the_primary_key_in_order(sql: str, params: tuple) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE TABLE deadletter_queuedmessage")
+        cursor.fetchall()
+        cursor.execute("EXPLAIN " + sql, params)
+        columns = [c[0].lower() for c in cursor.description]
+        (plan,) = [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
+    assert plan["key"] == "PRIMARY" and plan["type"] == "range", plan
+    assert "filesort" not in (plan["extra"] or ""), plan
 
 
 # --- worker processes --------------------------------------------------------------
@@ -114,7 +132,7 @@ def test_the_queue_range_scan_and_the_claim_use_the_primary_key_index(postgres: 
 
 @pytest.mark.slow
 def test_four_workers_deliver_ten_thousand_messages_each_exactly_once(
-    postgres: None, subprocess_env: dict[str, str], tmp_path: Path
+    server_db: None, subprocess_env: dict[str, str], tmp_path: Path
 ) -> None:
     subjects = bulk_park("q", 10_000)
     drain = Drain(
@@ -131,7 +149,7 @@ def test_four_workers_deliver_ten_thousand_messages_each_exactly_once(
 
 @pytest.mark.slow
 def test_a_failing_message_is_tried_once_per_run_whatever_the_workers(
-    postgres: None, subprocess_env: dict[str, str], tmp_path: Path
+    server_db: None, subprocess_env: dict[str, str], tmp_path: Path
 ) -> None:
     bulk_park("q", 200)
     drain = Drain(
@@ -144,7 +162,7 @@ def test_a_failing_message_is_tried_once_per_run_whatever_the_workers(
 
 @pytest.mark.slow
 def test_limit_is_shared_by_the_workers(
-    postgres: None, subprocess_env: dict[str, str], tmp_path: Path
+    server_db: None, subprocess_env: dict[str, str], tmp_path: Path
 ) -> None:
     bulk_park("q", 100)
     drain = Drain(subprocess_env, tmp_path, "--workers", "3", "--limit", "10")
@@ -154,7 +172,7 @@ def test_limit_is_shared_by_the_workers(
 
 @pytest.mark.slow
 def test_workers_killed_at_random_points_lose_nothing_and_duplicate_only_messages_in_hand(
-    postgres: None, subprocess_env: dict[str, str], tmp_path: Path
+    server_db: None, subprocess_env: dict[str, str], tmp_path: Path
 ) -> None:
     """Ten runs of `--workers 3`: in each, one worker is SIGKILLed at a random
     point, then a little later the parent and the rest. A worker records a
@@ -241,7 +259,7 @@ def test_eight_processes_enqueue_at_once_without_error_or_loss(
 
 @pytest.mark.slow
 def test_first_sigterm_to_a_workers_drain_lets_each_worker_finish_its_message(
-    postgres: None, subprocess_env: dict[str, str], tmp_path: Path
+    server_db: None, subprocess_env: dict[str, str], tmp_path: Path
 ) -> None:
     bulk_park("q", 20)
     drain = Drain.gated(subprocess_env, tmp_path, "--workers", "2")
@@ -257,7 +275,7 @@ def test_first_sigterm_to_a_workers_drain_lets_each_worker_finish_its_message(
 
 @pytest.mark.slow
 def test_second_sigterm_to_a_workers_drain_stops_at_once_leaving_rows_queued(
-    postgres: None, subprocess_env: dict[str, str], tmp_path: Path
+    server_db: None, subprocess_env: dict[str, str], tmp_path: Path
 ) -> None:
     bulk_park("q", 20)
     drain = Drain.gated(subprocess_env, tmp_path, "--workers", "2")

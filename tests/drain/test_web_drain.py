@@ -26,7 +26,10 @@ from deadletter.models import QueuedMessage
 from deadletter.wire import keys
 from deadletter.wire.messages import Message
 from tests.drain import web_harness
-from tests.drain.drain_harness import assert_only_messages_in_hand_were_delivered_twice
+from tests.drain.drain_harness import (
+    assert_only_messages_in_hand_were_delivered_twice,
+    other_sessions_holding_locks,
+)
 from tests.factories import park, park_aged, parked, parked_messages, raw_sql
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -353,13 +356,7 @@ def test_no_transaction_holds_the_row_once_an_api_drain_gave_up_on_its_handler(
     (key,) = park("stuck", queue="hangs")
     hang_from_the_api(api, Client(), key)
     assert not release.is_set()  # the handler still runs
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT a.pid, a.state FROM pg_stat_activity a JOIN pg_locks l ON l.pid = a.pid "
-            "WHERE l.relation = %s::regclass AND a.pid <> pg_backend_pid()",
-            [QueuedMessage._meta.db_table],
-        )
-        assert cursor.fetchall() == []
+    assert other_sessions_holding_locks() == []
     assert _lock_now(key)
 
 

@@ -161,8 +161,8 @@ def parking_continuously(queue: str = "parked") -> Iterator[Parked]:
     """Park a message every few ms from another thread (its own connection) meanwhile.
 
     The parker waits at most 1 s for a lock (SQLite's busy timeout, PostgreSQL's
-    lock_timeout), not the 30 s of the settings: a job that held the write lock
-    for longer would make a store fail here (the old single transaction, held for
+    lock_timeout, InnoDB's lock wait timeout), not the 30 s of the settings: a job
+    that held the write lock for longer would make a store fail here (the old single transaction, held for
     the seconds the whole job takes, did), while one batch (tens of ms) leaves
     room for a loaded machine.
     """
@@ -175,6 +175,8 @@ def parking_continuously(queue: str = "parked") -> Iterator[Parked]:
             with own.cursor() as cursor:
                 if own.vendor == "sqlite":
                     cursor.execute("PRAGMA busy_timeout = 1000")
+                elif own.vendor == "mysql":
+                    cursor.execute("SET SESSION innodb_lock_wait_timeout = 1")
                 else:
                     cursor.execute("SET lock_timeout = '1s'")
             while not stop.is_set() or parked.stored < 3:

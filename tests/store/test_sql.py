@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import contextlib
+import io
 import logging
 
 import pytest
@@ -191,3 +192,71 @@ def test_a_pragma_is_set_for_the_block_and_the_connections_own_value_put_back(
     with sql.sqlite_pragma(connection, name, value, restore=restore):
         assert _pragma(name) == inside
     assert _pragma(name) == before
+
+
+def test_insert_new_leaves_a_present_key_as_it_is_and_counts_what_went_in() -> None:
+    present, fresh = keys.new_key("q"), keys.new_key("q")
+    sql.write(connection, INSERT, (present, b"\x80"))
+    with transaction.atomic(), connection.cursor() as cursor:
+        rows = [(present, b"\x81"), (fresh, b"\x82")]
+        assert sql.insert_new(connection, cursor, TABLE, ("key", "value"), rows) == 1
+        assert sql.insert_new(connection, cursor, TABLE, ("key", "value"), rows) == 0
+    assert bytes(QueuedMessage.objects.get(key=present).value) == b"\x80"
+    assert bytes(QueuedMessage.objects.get(key=fresh).value) == b"\x82"
+
+
+def test_a_key_longer_than_the_column_holds_is_refused_before_anything_is_sent() -> None:
+    from django.db import DataError
+
+    from deadletter.models import KEY_BYTES
+
+    longest, longer = b"q\x00" + b"\x01" * (KEY_BYTES - 2), b"q\x00" + b"\x01" * (KEY_BYTES - 1)
+    with transaction.atomic(), connection.cursor() as cursor:
+        if connection.vendor != "mysql":  # no bound on the column: a Go file's long key fits
+            assert sql.insert_new(connection, cursor, TABLE, ("key", "value"), [(longer, b"")]) == 1
+            return
+        with pytest.raises(DataError, match=f"longer than the {KEY_BYTES} bytes"):
+            sql.insert_new(
+                connection, cursor, TABLE, ("key", "value"), [(longest, b""), (longer, b"")]
+            )
+    assert not QueuedMessage.objects.exists()  # not even the one that fits: one batch, one answer
+    with connection.cursor() as cursor:
+        assert sql.insert_new(connection, cursor, TABLE, ("key", "value"), [(longest, b"")]) == 1
+
+
+# The defaults of MySQL 8.4 and of MariaDB 10.11: the app's statements run under both.
+SQL_MODES = [
+    "ONLY_FULL_GROUP_BY,STRICT_TRANS_TABLES,NO_ZERO_IN_DATE,NO_ZERO_DATE,"
+    "ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION",
+    "STRICT_TRANS_TABLES,ERROR_FOR_DIVISION_BY_ZERO,NO_AUTO_CREATE_USER,NO_ENGINE_SUBSTITUTION",
+]
+
+
+@pytest.mark.parametrize("mode", SQL_MODES, ids=["mysql-8.4", "mariadb-10.11"])
+def test_every_statement_runs_under_the_servers_default_sql_mode(mode: str, settings) -> None:
+    if connection.vendor != "mysql":
+        pytest.skip("sql_mode is MySQL/MariaDB's")
+    from deadletter.drain import Drainer
+    from deadletter.queue import dequeue, fetch_failed_msgs, queue_names
+    from deadletter.reports import overview, stats
+    from deadletter.transfer import ndjson
+    from tests.factories import park
+
+    connection.ensure_connection()
+    with connection.cursor() as cursor:
+        if "NO_AUTO_CREATE_USER" in mode:
+            cursor.execute("SELECT VERSION()")
+            if "MariaDB" not in cursor.fetchone()[0]:
+                pytest.skip("MariaDB's own mode")
+        cursor.execute("SET SESSION sql_mode = %s", [mode])
+    settings.DEADLETTER_HANDLERS = {"a": "tests.factories.failing_handler"}
+    park("one", "two", queue="a")
+    park("three", queue="b")
+    Drainer(queues=["a"]).run()
+    assert queue_names() == ["a", "b"]
+    assert [o.depth.rows for o in overview.overview()] == [2, 1]
+    assert overview.signatures() == ["ConnectionError: timeout after # s talking to #"]
+    assert [q.depth for q in stats.collect().queues] == [2, 1]
+    assert ndjson.dump(io.StringIO()) == 3
+    (item,) = fetch_failed_msgs("b")
+    assert dequeue(item.key)

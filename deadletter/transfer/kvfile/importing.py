@@ -8,11 +8,12 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from django.db import connections
+from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from deadletter.conf import conf
 from deadletter.models import QueuedMessage
+from deadletter.store import sql
 from deadletter.transfer.kvcheck import (
     KvFileError,
     watch_queries,
@@ -47,7 +48,9 @@ class _QueueTable(Sink):
         return {bytes(k) for k in self.rows.filter(key__in=batch).values_list("key", flat=True)}
 
     def insert(self, rows: Sequence[Row]) -> None:
-        self.rows.insert_missing(rows)  # one short transaction per batch
+        connection = connections[self.rows.db]
+        with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
+            sql.insert_new(connection, cursor, sql.table(), ("key", "value"), rows)
 
 
 def import_kv(
