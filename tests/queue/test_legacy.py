@@ -162,9 +162,9 @@ def parking_continuously(queue: str = "parked") -> Iterator[Parked]:
 
     The parker waits at most 1 s for a lock (SQLite's busy timeout, PostgreSQL's
     lock_timeout, InnoDB's lock wait timeout), not the 30 s of the settings: a job
-    that held the write lock for longer would make a store fail here (the old single transaction, held for
-    the seconds the whole job takes, did), while one batch (tens of ms) leaves
-    room for a loaded machine.
+    that held the write lock for longer would make a store fail here (the old single
+    transaction, held for the seconds the whole job takes, did), while one batch
+    (tens of ms) leaves room for a loaded machine.
     """
     parked = Parked()
     stop = threading.Event()
