@@ -15,6 +15,7 @@ from django.urls import URLResolver
 from deadletter.conf import DEFAULT_API_THROTTLE_RATES, conf
 from deadletter.drain.handlers import handler_problems, max_attempts_problem
 from deadletter.drain.timeouts import handler_timeout_problem, seconds_of
+from deadletter.store import sql
 
 
 def check_settings(
@@ -257,24 +258,49 @@ def check_database_server(
 ) -> list[checks.CheckMessage]:
     """The queue server itself (run by `migrate` and `check --database`, as Django's
     own database checks are): drain workers on a shared server claim rows with
-    `FOR UPDATE SKIP LOCKED`, which MariaDB has from 10.6 and MySQL from 8.0.1."""
+    `FOR UPDATE SKIP LOCKED`, which MariaDB has from 10.6 and MySQL from 8.0.1; and
+    on MySQL/MariaDB a row as large as `DEADLETTER_MAX_ROW_BYTES` must fit in one
+    packet."""
     from django.db import connections
 
     alias = conf.DATABASE
     if not databases or alias not in databases or alias not in connections.settings:
         return []
     connection = connections[alias]
-    if connection.vendor == "sqlite" or connection.features.has_select_for_update_skip_locked:
+    if connection.vendor == "sqlite":
         return []
+    found: list[checks.CheckMessage] = []
+    if connection.vendor == "mysql":
+        found += _check_packet(alias, sql.max_packet(connection))
+    if connection.features.has_select_for_update_skip_locked:
+        return found
     server = connection.display_name
     version = ".".join(str(part) for part in getattr(connection, "mysql_version", ()))
-    return [
+    return found + [
         checks.Error(
             f"The queue database {alias!r} ({server} {version}) cannot skip locked rows "
             "(SELECT ... FOR UPDATE SKIP LOCKED), which drain workers need so that no two "
             "hand the same message to a handler.",
             hint="Upgrade to MariaDB 10.6 / MySQL 8.0.1 or later, or use PostgreSQL or SQLite.",
             id="deadletter.E012",
+        )
+    ]
+
+
+def _check_packet(alias: str, packet: int) -> list[checks.CheckMessage]:
+    """A row is sent as a literal in which a byte may take two (mysqlclient escapes
+    NUL, quotes, backslashes and newlines), so the packet needs twice the row limit."""
+    needed = 2 * conf.MAX_ROW_BYTES + 2**16
+    if packet >= needed:
+        return []
+    return [
+        checks.Warning(
+            f"The queue database {alias!r} takes statements of at most {packet:,} bytes "
+            f"(max_allowed_packet), less than the {needed:,} a row of DEADLETTER_MAX_ROW_BYTES "
+            f"({conf.MAX_ROW_BYTES:,}) may need: such a message would be refused at the store.",
+            hint=f"Set max_allowed_packet to at least {needed:,} on the server, or lower "
+            "DEADLETTER_MAX_ROW_BYTES.",
+            id="deadletter.W003",
         )
     ]
 

@@ -116,6 +116,24 @@ def test_e012_a_server_that_cannot_skip_locked_rows_is_refused(monkeypatch: Any)
     assert check_database_server(databases=None) == []
 
 
+@pytest.mark.django_db
+def test_w003_a_packet_limit_under_twice_the_row_limit_is_warned_about(settings: Any) -> None:
+    from django.db import connection
+
+    from deadletter.checks import check_database_server
+    from deadletter.store import sql
+
+    if connection.vendor != "mysql":
+        pytest.skip("max_allowed_packet is MySQL/MariaDB's")
+    packet = sql.max_packet(connection)
+    settings.DEADLETTER_MAX_ROW_BYTES = (packet - 2**16) // 2
+    assert check_database_server(databases=["default"]) == []
+    settings.DEADLETTER_MAX_ROW_BYTES = packet // 2
+    (warning,) = check_database_server(databases=["default"])
+    assert warning.id == "deadletter.W003"
+    assert f"{packet:,}" in warning.msg
+
+
 # --- the queue database on SQLite --------------------------------------------------
 
 
