@@ -1,5 +1,6 @@
 """Shared set-up for the benchmarks: a fresh database (a SQLite file, or a
-PostgreSQL database when `DATABASE_URL` names one), migrated, Django ready."""
+PostgreSQL or MySQL/MariaDB database when `DATABASE_URL` names one), migrated,
+Django ready."""
 
 from __future__ import annotations
 
@@ -51,14 +52,41 @@ def django_on_fresh_postgres(name: str, url: str) -> str:
     return fresh_url
 
 
-def django_on_fresh_database(name: str) -> tuple[str, str]:
-    """PostgreSQL when `DATABASE_URL` names it, else a SQLite file.
+def is_mysql_url(url: str | None) -> bool:
+    return bool(url) and str(url).startswith("mysql://")
 
-    Returns `(vendor, target)`: ("sqlite", the file's path) or ("postgresql", the URL).
+
+def django_on_fresh_mysql(name: str, url: str) -> str:
+    """A new database `<url's database>_<name>` (utf8mb4) on `url`'s MySQL/MariaDB
+    server, dropped first when a previous run left it, set as `DATABASE_URL`,
+    Django set up, migrated; as `django_on_fresh_postgres`. Returns its URL."""
+    from dj_database_url import parse
+
+    fresh = f"{parse(url)['NAME']}_{name}"
+    admin = raw_mysql_connection(url, database=None)
+    try:
+        cursor = admin.cursor()
+        cursor.execute(f"DROP DATABASE IF EXISTS `{fresh}`")
+        cursor.execute(f"CREATE DATABASE `{fresh}` CHARACTER SET utf8mb4")
+    finally:
+        admin.close()
+    fresh_url = url.split("?", 1)[0].rsplit("/", 1)[0] + "/" + fresh
+    os.environ["DATABASE_URL"] = fresh_url
+    _django_up()
+    return fresh_url
+
+
+def django_on_fresh_database(name: str) -> tuple[str, str]:
+    """PostgreSQL or MySQL/MariaDB when `DATABASE_URL` names it, else a SQLite file.
+
+    Returns `(vendor, target)`: ("sqlite", the file's path), or ("postgresql" or
+    "mysql", the fresh database's URL).
     """
     url = os.environ.get("DATABASE_URL")
     if is_postgres_url(url):
         return "postgresql", django_on_fresh_postgres(name, str(url))
+    if is_mysql_url(url):
+        return "mysql", django_on_fresh_mysql(name, str(url))
     return "sqlite", str(django_on_fresh_sqlite(name))
 
 
@@ -103,6 +131,34 @@ def raw_postgres_connection(url: str) -> Any:
     from dj_database_url import parse
 
     return psycopg.connect(autocommit=True, **postgres_conninfo(url, parse(url)["NAME"]))
+
+
+def mysql_conninfo(url: str, database: str | None = "") -> dict[str, Any]:
+    """MySQLdb.connect() keywords for `url`'s server and user, charset utf8mb4 as
+    the app's settings ask; on `url`'s database, on `database` when given, on
+    none when `database` is None."""
+    from dj_database_url import parse
+
+    cfg = parse(url)
+    info: dict[str, Any] = {
+        "host": cfg["HOST"] or "127.0.0.1",
+        "port": int(cfg["PORT"] or 3306),
+        "user": cfg["USER"] or "root",
+        "password": cfg["PASSWORD"] or "",
+        "charset": "utf8mb4",
+        "connect_timeout": 5,
+    }
+    if database is not None:
+        info["database"] = database or cfg["NAME"]
+    return info
+
+
+def raw_mysql_connection(url: str, database: str | None = "") -> Any:
+    """Raw MySQLdb (mysqlclient) on `url`'s database in autocommit, utf8mb4, the
+    driver's defaults otherwise (client-side binding, as Django's backend)."""
+    import MySQLdb
+
+    return MySQLdb.connect(autocommit=True, **mysql_conninfo(url, database))
 
 
 def rss_bytes() -> int:

@@ -1,12 +1,13 @@
 """Issues 2, 12 and 15: the queue's hot paths against the bare driver doing the same SQL.
 
-Runs on a fresh SQLite file (WAL), or on a fresh PostgreSQL database when
-`DATABASE_URL` names a server (`<its database>_core`, dropped and created),
-against raw sqlite3 / raw psycopg in autocommit. Every figure is a ratio
+Runs on a fresh SQLite file (WAL), or on a fresh PostgreSQL or MySQL/MariaDB
+database when `DATABASE_URL` names a server (`<its database>_core`, dropped and
+created), against raw sqlite3 / raw psycopg / raw mysqlclient in autocommit. Every figure is a ratio
 measured side by side in one run (rounds interleaved, best round kept), so a
 noisy shared machine shifts both sides alike. Two message shapes: Go's (its
 eight keys) and a user's (Go's keys plus three of the user's own in `extra`,
-about 300 bytes encoded). Rows and goals (SQLite; PostgreSQL in brackets):
+about 300 bytes encoded). Rows and goals (SQLite; PostgreSQL and MySQL/MariaDB
+in brackets):
   store    store_failed_msgs vs raw INSERT + commit    time, Go <= 2x, user <= 1.7x [<= 2x]
   dequeue  dequeue vs raw DELETE + commit              time <= 2x [<= 2x]
   scan     iter_failed_msgs over ROWS rows vs paged SELECT + cbor2.loads, each in a
@@ -44,6 +45,7 @@ from _setup import (
     anon_rss_bytes,
     django_on_fresh_database,
     raw_connection,
+    raw_mysql_connection,
     raw_postgres_connection,
 )
 
@@ -57,13 +59,14 @@ CURSOR_SCAN_ROWS = min(ROWS, 200_000)
 PAGE = 1000
 TABLE = "deadletter_queuedmessage"
 SHAPES = ("go", "user")
-GOALS = {  # (SQLite, PostgreSQL); time ratios are "at most", throughput "at least"
-    "store-go": (2.0, 2.0),
-    "store-user": (1.7, 2.0),
-    "dequeue": (2.0, 2.0),
-    "scan": (0.6, 0.5),
-    "peek": (0.5, 0.5),
-    "depth": (1.2, 1.2),
+VENDORS = ("sqlite", "postgresql", "mysql")  # the order of each goal's figures
+GOALS = {  # time ratios are "at most", throughput "at least"
+    "store-go": (2.0, 2.0, 2.0),
+    "store-user": (1.7, 2.0, 2.0),
+    "dequeue": (2.0, 2.0, 2.0),
+    "scan": (0.6, 0.5, 0.5),
+    "peek": (0.5, 0.5, 0.5),
+    "depth": (1.2, 1.2, 1.2),
 }
 
 
@@ -93,23 +96,42 @@ class Raw:
 
     def __init__(self, vendor: str, target: str) -> None:
         self.vendor = vendor
+        key = "key"
         if vendor == "sqlite":
             self.conn: Any = raw_connection(target)
+            self.execute: Callable[..., Any] = self.conn.execute
             p = "?"
+        elif vendor == "mysql":
+            # MySQLdb's connection has no execute(): one cursor for every
+            # statement, handed back for its rows as sqlite3's and psycopg's are.
+            self.conn = raw_mysql_connection(target)
+            cursor = self.conn.cursor()
+
+            def execute(sql: str, params: Any = None) -> Any:
+                cursor.execute(sql, params)
+                return cursor
+
+            self.execute = execute
+            key = "`key`"  # a reserved word on MySQL
+            p = "%s"
         else:
             self.conn = raw_postgres_connection(target)
+            self.execute = self.conn.execute
             p = "%s"
-        self.execute = self.conn.execute
-        self.insert_sql = f"INSERT INTO {TABLE} (key, value) VALUES ({p}, {p})"
-        self.delete_sql = f"DELETE FROM {TABLE} WHERE key = {p}"
-        self.range_sql = f"SELECT key FROM {TABLE} WHERE key >= {p} AND key < {p} ORDER BY key"
+        self.insert_sql = f"INSERT INTO {TABLE} ({key}, value) VALUES ({p}, {p})"
+        self.delete_sql = f"DELETE FROM {TABLE} WHERE {key} = {p}"
+        self.range_sql = (
+            f"SELECT {key} FROM {TABLE} WHERE {key} >= {p} AND {key} < {p} ORDER BY {key}"
+        )
+        self.key = key
         self.p = p
 
     def page_sql(self, inclusive: bool, limit: int) -> str:
         op = ">=" if inclusive else ">"
+        key, p = self.key, self.p
         return (
-            f"SELECT key, value FROM {TABLE} WHERE key {op} {self.p} AND key < {self.p} "
-            f"ORDER BY key LIMIT {limit}"
+            f"SELECT {key}, value FROM {TABLE} WHERE {key} {op} {p} AND {key} < {p} "
+            f"ORDER BY {key} LIMIT {limit}"
         )
 
     def keys_of(self, queue: str) -> list[bytes]:
@@ -127,6 +149,11 @@ class Raw:
                 self.execute("BEGIN")
                 self.conn.executemany(self.insert_sql, rows)
                 self.execute("COMMIT")
+            elif self.vendor == "mysql":
+                # executemany sends multi-row INSERTs of up to 64 KiB each.
+                self.execute("START TRANSACTION")
+                self.conn.cursor().executemany(self.insert_sql, rows)
+                self.execute("COMMIT")
             else:
                 with (
                     self.conn.cursor() as cur,
@@ -137,9 +164,12 @@ class Raw:
 
     def settle(self) -> None:
         """After a bulk load: a checkpointed WAL (SQLite), fresh statistics and no
-        dead tuples (PostgreSQL), so no side meets the load's leftovers."""
+        dead tuples (PostgreSQL), fresh statistics (MySQL), so no side meets the
+        load's leftovers."""
         if self.vendor == "sqlite":
             self.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        elif self.vendor == "mysql":
+            self.execute(f"ANALYZE TABLE {TABLE}").fetchall()
         else:
             self.execute(f"VACUUM ANALYZE {TABLE}")
 
@@ -183,12 +213,14 @@ def main() -> None:
         scan_child(sys.argv[2], sys.argv[3], sys.argv[4])
         return
     vendor, target = django_on_fresh_database("core")
-    pg = vendor == "postgresql"
-    goal = {name: goals[1 if pg else 0] for name, goals in GOALS.items()}
+    pg, my = vendor == "postgresql", vendor == "mysql"
+    goal = {name: goals[VENDORS.index(vendor)] for name, goals in GOALS.items()}
 
     import cbor2
     from django.db import connection
 
+    # MySQL's flush at commit (innodb_flush_log_at_trx_commit) is the whole
+    # server's setting, not the bench database's: left as the server has it.
     durable = not pg or os.environ.get("BENCH_PG_DURABLE") == "1"
     if not durable:
         # Commits that do not wait for the disk flush, as SQLite's WAL with
@@ -351,7 +383,11 @@ def main() -> None:
 
     # --- report ----------------------------------------------------------------
     name = "PostgreSQL" if pg else "SQLite (WAL, synchronous=NORMAL, mmap)"
-    base = "raw psycopg (autocommit)" if pg else "raw sqlite3 (autocommit)"
+    base = {
+        "sqlite": "raw sqlite3 (autocommit)",
+        "postgresql": "raw psycopg (autocommit)",
+        "mysql": "raw mysqlclient (autocommit)",
+    }[vendor]
     if pg:
         server = raw.execute("SHOW server_version").fetchone()[0]
         commit = raw.execute("SHOW synchronous_commit").fetchone()[0]
@@ -359,6 +395,11 @@ def main() -> None:
             f"PostgreSQL {server} (synchronous_commit={commit} on the bench database"
             f"{'' if durable else '; BENCH_PG_DURABLE=1 keeps the server default'})"
         )
+    if my:
+        server = raw.execute("SELECT VERSION()").fetchone()[0]
+        flush = raw.execute("SELECT @@innodb_flush_log_at_trx_commit").fetchone()[0]
+        engine = "MariaDB" if "mariadb" in server.lower() else "MySQL"
+        name = f"{engine} {server} (innodb_flush_log_at_trx_commit={flush}, the server's own)"
     out.append(f"bench_core on {name} against {base}, same SQL, same database")
     out.append(
         f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC; {ROWS:,} rows per deep queue (filled in "
@@ -375,6 +416,11 @@ def main() -> None:
             "raw psycopg keeps the driver's defaults (server-side binding, a statement "
             f"prepared after {raw.conn.prepare_threshold} runs); Django's connection binds "
             "client-side and prepares nothing (its default OPTIONS)"
+        )
+    if my:
+        out.append(
+            "raw mysqlclient and Django's connection are the same driver, both binding "
+            "client-side (parameters escaped into the statement's text)"
         )
     out.append(f"peek reads with {peek_how}")
     out.append("peak RSS growth counts a process's own pages (RssAnon), not SQLite's mmap")
@@ -456,8 +502,9 @@ def cursor_rows(connection: Any, raw: Raw, value: bytes) -> list[str]:
     from deadletter.wire import codec, keys
 
     table = connection.ops.quote_name(TABLE)
-    django_insert = f"INSERT INTO {table} (key, value) VALUES (%s, %s)"
-    django_delete = f"DELETE FROM {table} WHERE key = %s"
+    key = raw.key
+    django_insert = f"INSERT INTO {table} ({key}, value) VALUES (%s, %s)"
+    django_delete = f"DELETE FROM {table} WHERE {key} = %s"
     p = "?" if connection.vendor == "sqlite" else "%s"
     driver_insert = django_insert.replace("%s", p)
     driver_delete = django_delete.replace("%s", p)
@@ -540,8 +587,8 @@ def cursor_rows(connection: Any, raw: Raw, value: bytes) -> list[str]:
     def scan(kind: str) -> Callable[[int], float]:
         def page_sql(inclusive: bool, for_driver: bool) -> str:
             sql = (
-                f"SELECT key, value FROM {table} WHERE key {'>=' if inclusive else '>'} %s "
-                f"AND key < %s ORDER BY key LIMIT {PAGE}"
+                f"SELECT {key}, value FROM {table} WHERE {key} {'>=' if inclusive else '>'} %s "
+                f"AND {key} < %s ORDER BY {key} LIMIT {PAGE}"
             )
             return sql.replace("%s", p) if for_driver else sql
 

@@ -1,22 +1,23 @@
-"""Issue 5: drain workers on PostgreSQL with an I/O-bound handler (waits 5 ms).
+"""Issue 5: drain workers on PostgreSQL or MySQL/MariaDB with an I/O-bound
+handler (waits 5 ms).
 
 Parks BENCH_WORKERS_ROWS messages (default 800) and drains them with 1 and
 with 4 worker processes, interleaved BENCH_ROUNDS times (default 2), best
 round kept. Goal: 4 workers >= 2.5x the throughput of 1.
 
-Uses DATABASE_URL when it names PostgreSQL, else
-postgres://postgres@127.0.0.1:5432/deadletter_bench (created if missing).
-DEBUG is off, as in production.
+Uses DATABASE_URL when it names PostgreSQL or MySQL/MariaDB, else
+postgres://postgres@127.0.0.1:5432/deadletter_bench; on that server a fresh
+database `<its database>_workers` (dropped and created), as bench_core does, so
+that a run leaves the named database alone. DEBUG is off, as in production.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import sys
 import time
 
-from _setup import REPO
+from _setup import django_on_fresh_database, is_mysql_url, is_postgres_url
 
 ROWS = int(os.environ.get("BENCH_WORKERS_ROWS", "800"))
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "2"))
@@ -29,47 +30,38 @@ def wait_5ms(msg: object) -> None:
     time.sleep(0.005)
 
 
-def ensure_database(url: str) -> bool:
-    import psycopg
-    from dj_database_url import parse
-
-    cfg = parse(url)
-    conninfo = {
-        "host": cfg["HOST"] or "127.0.0.1",
-        "port": cfg["PORT"] or 5432,
-        "user": cfg["USER"] or "postgres",
-        "password": cfg["PASSWORD"] or None,
-    }
+def driver_errors() -> tuple[type[Exception], ...]:
+    """The drivers' errors for a server that cannot be reached, those installed."""
+    errors: list[type[Exception]] = []
     try:
-        with psycopg.connect(
-            dbname="postgres", autocommit=True, connect_timeout=3, **conninfo
-        ) as c:
-            exists = c.execute("SELECT 1 FROM pg_database WHERE datname = %s", (cfg["NAME"],))
-            if exists.fetchone() is None:
-                c.execute(f'CREATE DATABASE "{cfg["NAME"]}"')
-    except psycopg.OperationalError as exc:
-        print(f"bench_workers needs PostgreSQL at {url}: {exc}")
-        return False
-    return True
+        import psycopg
+
+        errors.append(psycopg.OperationalError)
+    except ImportError:
+        pass
+    try:
+        import MySQLdb
+
+        errors.append(MySQLdb.OperationalError)
+    except ImportError:
+        pass
+    return tuple(errors)
 
 
 def main() -> None:
     url = os.environ.get("DATABASE_URL", "")
-    if not url.startswith(("postgres://", "postgresql://")):
+    if not (is_postgres_url(url) or is_mysql_url(url)):
         url = DEFAULT_URL
-    if not ensure_database(url):
-        return
     os.environ["DATABASE_URL"] = url
-    os.environ.setdefault("DJANGO_DEBUG", "0")
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
-    sys.path.insert(0, str(REPO))
-    import django
-
-    django.setup()
+    try:
+        vendor, _target = django_on_fresh_database("workers")
+    except driver_errors() as exc:
+        print(f"bench_workers needs PostgreSQL or MySQL/MariaDB at {url}: {exc}")
+        return
     logging.getLogger("deadletter").setLevel(logging.WARNING)
 
     from django.conf import settings
-    from django.core.management import call_command
+    from django.db import connection
 
     from deadletter.drain import Drainer
     from deadletter.models import QueuedMessage
@@ -77,7 +69,10 @@ def main() -> None:
     from deadletter.wire.gotime import GoTime
     from deadletter.wire.messages import Message
 
-    call_command("migrate", verbosity=0)
+    server = connection.display_name
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW server_version" if vendor == "postgresql" else "SELECT VERSION()")
+        version = cursor.fetchone()[0]
     settings.DEADLETTER_HANDLERS = {QUEUE: f"{__name__}.wait_5ms"}
     value = codec.encode_one(Message(subject="Ocjena", fields=["5"], queued_at=GoTime.now()))
     low, high = keys.queue_bounds(QUEUE)
@@ -100,7 +95,10 @@ def main() -> None:
         one.append(timed(1))
         four.append(timed(4))
     rate1, rate4 = ROWS / min(one), ROWS / min(four)
-    print(f"drain of {ROWS:,} messages on PostgreSQL, handler waits 5 ms, best of {ROUNDS} rounds")
+    print(
+        f"drain of {ROWS:,} messages on {server} ({version}), handler waits 5 ms, "
+        f"best of {ROUNDS} rounds"
+    )
     print(f"  1 worker   {rate1:8.1f} msgs/s")
     print(f"  4 workers  {rate4:8.1f} msgs/s")
     speedup = rate4 / rate1
