@@ -13,7 +13,7 @@ from django.core import checks
 from django.urls import URLResolver
 
 from deadletter.conf import DEFAULT_API_THROTTLE_RATES, conf
-from deadletter.drain.handlers import handler_problems, max_attempts_problem
+from deadletter.drain.handlers import handler_problems
 from deadletter.drain.timeouts import handler_timeout_problem, seconds_of
 from deadletter.store import sql
 
@@ -204,6 +204,23 @@ _HANDLER_HINT = {
         "deadletter.E004",
         "DEADLETTER_HANDLERS = {'queue-name': 'dotted.path.to.handler', ...}",
     ),
+    "max_attempts": (
+        "deadletter.E005",
+        "Leave it unset to retry until the age limit, or set e.g. 10.",
+    ),
+    "keys": (
+        "deadletter.E013",
+        "A queue's policy is {'handler': 'dotted.path', 'max_attempts': 10, "
+        "'backoff': [60, 3600], 'breaker': 5}; every key but 'handler' is optional.",
+    ),
+    "backoff": (
+        "deadletter.E014",
+        "Give [first_seconds, max_seconds], e.g. [60, 3600], or None for no wait.",
+    ),
+    "breaker": (
+        "deadletter.E015",
+        "Give the failed attempts in a row that pause a queue for the pass, e.g. 5, or None.",
+    ),
 }
 
 
@@ -216,13 +233,6 @@ def check_handlers(
     for problem in handler_problems(conf.HANDLERS):
         check_id, hint = _HANDLER_HINT[problem.kind]
         errors.append(checks.Error(f"{problem}.", hint=hint, id=check_id))
-    errors.extend(
-        _problem_error(
-            max_attempts_problem(conf.MAX_ATTEMPTS),
-            hint="Leave it unset to retry until the age limit, or set e.g. 10.",
-            check_id="deadletter.E005",
-        )
-    )
     return errors
 
 

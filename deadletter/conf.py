@@ -26,6 +26,8 @@ _DEFAULTS: dict[str, Any] = {
     "DATABASE": DEFAULT_DB_ALIAS,
     "HANDLERS": {},
     "MAX_ATTEMPTS": None,
+    "BACKOFF": None,
+    "BREAKER": None,
     "MAX_ROW_BYTES": 4 * 2**20,
     "ADMIN_TIME_BUDGET": 5.0,
     "API_TIME_BUDGET": 25.0,
@@ -74,13 +76,26 @@ class Settings:
 
     @property
     def HANDLERS(self) -> dict[str, Any]:
-        """Queue name -> dotted path of the callable that redelivers its messages."""
+        """Queue name -> dotted path of the callable that redelivers its messages, or
+        a dict of that path (`"handler"`) and the queue's limits (`drain.policy`)."""
         return _read("HANDLERS")
 
     @property
     def MAX_ATTEMPTS(self) -> int | None:
         """Drop a message after this many failed attempts; None retries until the age limit."""
         return _read("MAX_ATTEMPTS")
+
+    @property
+    def BACKOFF(self) -> list[float] | tuple[float, float] | None:
+        """`[first_seconds, max_seconds]`: how long a message waits after a failed
+        attempt (doubling each time), for queues whose policy says nothing; None: no wait."""
+        return _read("BACKOFF")
+
+    @property
+    def BREAKER(self) -> int | None:
+        """Failed attempts in a row that stop a queue for the rest of a pass, for
+        queues whose policy says nothing; None: never stop."""
+        return _read("BREAKER")
 
     @property
     def MAX_ROW_BYTES(self) -> int:

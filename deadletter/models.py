@@ -113,11 +113,20 @@ class QueuedMessageQuerySet(models.QuerySet["QueuedMessage"]):
         return (rows if until is None else rows.filter(key__lte=until)).count()
 
     def claim(
-        self, queue: str, *, after: bytes | None, inclusive: bool, until: bytes | None
+        self,
+        queue: str,
+        *,
+        after: bytes | None,
+        inclusive: bool,
+        until: bytes | None,
+        due_now: bool = False,
     ) -> tuple[bytes, bytes] | None:
         """Lock the oldest row of `queue` from `after` on (up to `until`) that no other
-        transaction holds (`FOR UPDATE SKIP LOCKED`); `(key, value)` or None."""
+        transaction holds (`FOR UPDATE SKIP LOCKED`); `(key, value)` or None. With
+        `due_now`, only a row no backoff holds back (`due_at` NULL)."""
         rows = self.of_queue(queue)
+        if due_now:
+            rows = rows.filter(due_at__isnull=True)
         if after is not None:
             rows = rows.filter(key__gte=after) if inclusive else rows.filter(key__gt=after)
         if until is not None:
@@ -160,11 +169,18 @@ class QueuedMessage(models.Model):
     signature = ExactTextField(  # noqa: DJ001  (NULL: no failure recorded, not "")
         max_length=200, null=True, blank=True, editable=False
     )
+    # When a message that failed under a backoff is next due (`drain.policy`),
+    # written with its failed attempt; NULL: due now. The (due_at, key) index
+    # lets a drain walk the due rows of a queue without reading the waiting ones.
+    due_at = models.DateTimeField(null=True, blank=True, editable=False)
 
     objects = QueuedMessageQuerySet.as_manager()
 
     class Meta:
-        indexes = [models.Index(fields=["signature", "key"], name="deadletter_signature_key")]
+        indexes = [
+            models.Index(fields=["signature", "key"], name="deadletter_signature_key"),
+            models.Index(fields=["due_at", "key"], name="deadletter_due_key"),
+        ]
         verbose_name = "queued message"
         verbose_name_plural = "queued messages"
         permissions = [("drain_queuedmessage", "Can hand queued messages back to their handler")]
@@ -215,6 +231,21 @@ class DropCount(models.Model):
         return f"{self.queue} {self.reason} {self.count}"
 
 
+class QueuePass(models.Model):
+    """How the last drain pass over `queue` ended: the overview and the metrics say
+    whether its breaker paused the queue, and when."""
+
+    queue = ExactTextField(max_length=keys.MAX_QUEUE_NAME_BYTES, unique=True)
+    finished_at = models.DateTimeField()
+    paused = models.BooleanField(default=False)
+
+    class Meta:
+        app_label = "deadletter"
+
+    def __str__(self) -> str:
+        return f"{self.queue} {'paused' if self.paused else 'ran'} {self.finished_at}"
+
+
 class ExpiryWarning(models.Model):
     """A message (by row key) already warned about as close to its age limit:
     `DEADLETTER_EXPIRY_WARNING` warns once per message, not once per run."""
@@ -237,4 +268,5 @@ __all__ = [
     "HexKeyField",
     "QueuedMessage",
     "QueuedMessageQuerySet",
+    "QueuePass",
 ]

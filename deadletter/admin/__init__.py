@@ -34,7 +34,7 @@ from deadletter.admin import bulk, overview, rows
 from deadletter.admin.changelist import CauseFilter, KeysetChangeList, QueueFilter
 from deadletter.conf import conf
 from deadletter.models import QueuedMessage
-from deadletter.wire import keys
+from deadletter.wire import gotime, keys
 
 KEY_LOOKUPS = frozenset({"key", "key__exact", "key__gt", "key__gte", "key__lt", "key__lte"})
 
@@ -64,7 +64,7 @@ class QueuedMessageAdmin(admin.ModelAdmin):
     show_full_result_count = False
     # Facet counts would count every filter choice over the whole table.
     show_facets = admin.ShowFacets.NEVER
-    fields = ("key_text", "key_parts", "stored", "decoded")
+    fields = ("key_text", "key_parts", "stored", "next_due", "decoded")
     readonly_fields = fields
     actions = ["retry_now", "delete_selected"]
 
@@ -279,12 +279,29 @@ class QueuedMessageAdmin(admin.ModelAdmin):
         return rows.expires_in(msg.queued_at, self._now()) if msg else rows.EMPTY
 
     @admin.display(description="attempts")
-    def attempts(self, obj: QueuedMessage) -> int | str:
-        return rows.attempts(rows.first(obj))
+    def attempts(self, obj: QueuedMessage) -> Any:
+        """The count, and under it when a backoff next lets the drain hand it over."""
+        count = rows.attempts(rows.first(obj))
+        due = obj.due_at
+        if due is None or due <= self._now():
+            return count
+        return format_html(
+            '{}<br><span class="dl-age" title="next due {}">waits {}</span>',
+            count,
+            rows.render_time(due),
+            rows.span(gotime.epoch_ns(due) - gotime.epoch_ns(self._now())),
+        )
 
     @admin.display(description="last error")
     def last_error(self, obj: QueuedMessage) -> Any:
         return rows.short_error(rows.last_error(rows.first(obj)))
+
+    @admin.display(description="next due")
+    def next_due(self, obj: QueuedMessage) -> Any:
+        """When a backoff next lets the drain hand the message over; "now" when
+        nothing holds it back (the admin's Retry never waits)."""
+        due = obj.due_at
+        return due if due is not None and due > self._now() else "now"
 
     def _now(self) -> Any:
         return rows.now()

@@ -55,7 +55,10 @@ class QueueDrain(DeadletterView):
         asked.is_valid(raise_exception=True)
         try:
             drainer = drain.Drainer(
-                [name], limit=asked.validated_data["limit"], budget=conf.API_TIME_BUDGET
+                [name],
+                limit=asked.validated_data["limit"],
+                budget=conf.API_TIME_BUDGET,
+                ignore_backoff=asked.validated_data["ignore_backoff"],
             )
             report = drainer.run()
         except drain.DrainConfigError as exc:

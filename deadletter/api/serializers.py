@@ -248,6 +248,11 @@ class DrainRequestSerializer(serializers.Serializer):
         default=DEFAULT_DRAIN_LIMIT,
         help_text=f"Messages to hand over at most (1..{MAX_DRAIN_LIMIT}).",
     )
+    ignore_backoff = serializers.BooleanField(
+        required=False,
+        default=False,
+        help_text="Hand over the messages a backoff holds back too, in key order.",
+    )
 
     def validate_limit(self, value: int) -> int:
         if not 1 <= value <= MAX_DRAIN_LIMIT:
@@ -274,6 +279,13 @@ class DrainReportSerializer(serializers.Serializer):
     errors = serializers.IntegerField()
     elapsed = serializers.FloatField()
     rate = serializers.FloatField(allow_null=True)
+    waiting = serializers.IntegerField(help_text="Messages a backoff held back, left alone.")
+    next_due = serializers.DateTimeField(
+        allow_null=True, help_text="When the first of the waiting messages is due."
+    )
+    paused = serializers.ListField(
+        child=serializers.CharField(), help_text="Queues their breaker stopped for the pass."
+    )
     stopped_by = serializers.CharField(allow_null=True)
     aborted_by = serializers.CharField(allow_null=True)
 

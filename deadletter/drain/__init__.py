@@ -5,18 +5,25 @@ A handler is `handle(msg) -> Message | None` named per queue in
 the table in docs/drain.md). A row is removed only after its handler
 returned, so a crash at any point hands the message in hand over again.
 
-One module a job: `handlers` (loading and checking them), `outcomes` (the
-rules and the run's `DrainReport`), `locking` (SQLite's one drain per queue),
-`workers` (forked workers on PostgreSQL), `run` (the `Drainer` loop),
-`stopping` (signals), `timeouts` (handlers under a time limit), `retry`
-(`redeliver`, the admin's "retry these") and `web` (views outside the
-request's transaction).
+One module a job: `handlers` (loading and checking them), `policy` (a
+queue's attempts limit, backoff and breaker), `outcomes` (the rules and the
+run's `DrainReport`), `locking` (SQLite's one drain per queue), `workers`
+(forked workers on PostgreSQL and MySQL/MariaDB), `run` (the `Drainer`
+loop, one pass), `service` (pass after pass, `--forever`), `stopping`
+(signals), `timeouts` (handlers under a time limit), `retry` (`redeliver`,
+the admin's "retry these") and `web` (views outside the request's transaction).
 """
 
 from __future__ import annotations
 
 from deadletter.drain.errors import DrainAborted, DrainConfigError, DrainLocked
-from deadletter.drain.handlers import Handler, HandlerProblem, handler_problems, load_handlers
+from deadletter.drain.handlers import (
+    Handler,
+    HandlerProblem,
+    Loaded,
+    handler_problems,
+    load_handlers,
+)
 from deadletter.drain.locking import QueueLock
 from deadletter.drain.outcomes import (
     ATTEMPTS_KEY,
@@ -27,8 +34,10 @@ from deadletter.drain.outcomes import (
     Outcome,
     deliver,
 )
+from deadletter.drain.policy import Policy, handler_path
 from deadletter.drain.retry import redeliver
 from deadletter.drain.run import PROGRESS_EVERY, Drainer
+from deadletter.drain.service import DEFAULT_INTERVAL, ServiceReport, serve
 from deadletter.drain.stopping import DEFAULT_GRACE, SignalGuard
 from deadletter.drain.timeouts import (
     MAX_HUNG_HANDLERS,
@@ -42,6 +51,7 @@ from deadletter.drain.web import outside_request_transactions
 __all__ = [
     "ATTEMPTS_KEY",
     "DEFAULT_GRACE",
+    "DEFAULT_INTERVAL",
     "DROP_REASONS",
     "LAST_ERROR_KEY",
     "LAST_ERROR_LIMIT",
@@ -56,14 +66,19 @@ __all__ = [
     "HandlerProblem",
     "HandlerTimeout",
     "HungHandlers",
+    "Loaded",
     "Outcome",
+    "Policy",
     "QueueLock",
+    "ServiceReport",
     "SignalGuard",
     "TimeLimit",
     "deliver",
+    "handler_path",
     "handler_problems",
     "hung_handlers",
     "load_handlers",
     "outside_request_transactions",
     "redeliver",
+    "serve",
 ]

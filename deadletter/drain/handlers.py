@@ -1,24 +1,35 @@
 """Handlers: `DEADLETTER_HANDLERS` read, checked and imported before any row is
-touched. `handler_problems` and `max_attempts_problem` are the one place of
-checks E002-E005's logic: the system check and the drain both call them.
+touched, each with its queue's policy (`policy`). `handler_problems` is the one
+place of checks E002-E005 and E013-E015's logic: the system check and the drain
+both call it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.utils.module_loading import import_string
 
 from deadletter.conf import conf
 from deadletter.drain.errors import DrainConfigError
+from deadletter.drain.policy import (
+    Policy,
+    backoff_problem,
+    breaker_problem,
+    handler_path,
+    max_attempts_problem,
+    policy_of,
+    policy_problems,
+)
 from deadletter.wire import keys
 from deadletter.wire.messages import Message
 
 __all__ = [
     "Handler",
     "HandlerProblem",
+    "Loaded",
     "handler_problems",
     "load_handlers",
     "max_attempts_problem",
@@ -27,9 +38,19 @@ __all__ = [
 Handler = Callable[[Message], Message | None]
 
 
+class Loaded(NamedTuple):
+    """A queue's handler as the drain uses it: its path, the callable, its policy."""
+
+    path: str
+    handler: Handler
+    policy: Policy
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class HandlerProblem:
-    """One thing wrong with `DEADLETTER_HANDLERS`: `kind` is "setting", "import" or "callable"."""
+    """One thing wrong with `DEADLETTER_HANDLERS` (or the policy defaults): `kind` is
+    "setting", "import", "callable", or the policy key at fault ("keys",
+    "max_attempts", "backoff", "breaker")."""
 
     queue: str
     path: Any
@@ -37,7 +58,7 @@ class HandlerProblem:
     detail: str
 
     def __str__(self) -> str:
-        if self.kind == "setting":
+        if self.kind not in ("import", "callable"):
             return self.detail
         return f"handler {self.path!r} of queue {self.queue!r} {self.detail}"
 
@@ -55,8 +76,9 @@ def handler_problems(handlers: Any) -> list[HandlerProblem]:
                 f"got {type(handlers).__name__}",
             )
         ]
-    problems: list[HandlerProblem] = []
-    for name, path in handlers.items():
+    problems = _default_problems()
+    for name, value in handlers.items():
+        path = handler_path(value)
         try:
             keys.encode_queue_name(name)
         except ValueError as exc:
@@ -64,13 +86,18 @@ def handler_problems(handlers: Any) -> list[HandlerProblem]:
                 HandlerProblem(str(name), path, "setting", f"DEADLETTER_HANDLERS: {exc}")
             )
             continue
+        policy = policy_problems(name, value)
+        problems += [HandlerProblem(name, path, p.key, p.detail) for p in policy]
+        if isinstance(value, Mapping) and "handler" not in value:
+            continue
         if not isinstance(path, str) or not path:
             problems.append(
                 HandlerProblem(
                     name,
                     path,
                     "setting",
-                    f"DEADLETTER_HANDLERS[{name!r}] must be a dotted path string, got {path!r}",
+                    f"DEADLETTER_HANDLERS[{name!r}] must be a dotted path string (or a dict "
+                    f"with one under 'handler'), got {path!r}",
                 )
             )
             continue
@@ -92,9 +119,20 @@ def handler_problems(handlers: Any) -> list[HandlerProblem]:
     return problems
 
 
-def load_handlers(queues: Sequence[str] | None = None) -> dict[str, tuple[str, Handler]]:
-    """Queue -> (dotted path, handler) for `queues` (every configured queue by
-    default), or `DrainConfigError` naming every problem, before any row is read."""
+def _default_problems() -> list[HandlerProblem]:
+    """The policy defaults: `DEADLETTER_MAX_ATTEMPTS`, `_BACKOFF`, `_BREAKER`."""
+    found = [
+        ("max_attempts", max_attempts_problem(conf.MAX_ATTEMPTS)),
+        ("backoff", backoff_problem(conf.BACKOFF, "DEADLETTER_BACKOFF")),
+        ("breaker", breaker_problem(conf.BREAKER, "DEADLETTER_BREAKER")),
+    ]
+    return [HandlerProblem("", None, kind, text) for kind, text in found if text is not None]
+
+
+def load_handlers(queues: Sequence[str] | None = None) -> dict[str, Loaded]:
+    """Queue -> `Loaded` (dotted path, handler, policy) for `queues` (every
+    configured queue by default), or `DrainConfigError` naming every problem,
+    before any row is read."""
     configured = conf.HANDLERS
     problems = handler_problems(configured)
     if problems:
@@ -106,12 +144,8 @@ def load_handlers(queues: Sequence[str] | None = None) -> dict[str, tuple[str, H
             f"no handler configured for queue(s) {', '.join(map(repr, missing))}; "
             "add them to DEADLETTER_HANDLERS"
         )
-    return {name: (configured[name], import_string(configured[name])) for name in wanted}
-
-
-def max_attempts_problem(value: Any) -> str | None:
-    """What is wrong with `DEADLETTER_MAX_ATTEMPTS` (E005), or None; the drain
-    refuses to start on the same text."""
-    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-        return f"DEADLETTER_MAX_ATTEMPTS must be None or an int of at least 1, got {value!r}"
-    return None
+    loaded = {}
+    for name in wanted:
+        policy = policy_of(name, configured[name])
+        loaded[name] = Loaded(policy.path, import_string(policy.path), policy)
+    return loaded

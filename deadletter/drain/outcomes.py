@@ -9,12 +9,12 @@ import dataclasses
 import enum
 import logging
 from collections.abc import Callable, Mapping
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from deadletter import queue
-from deadletter.conf import conf
-from deadletter.drain.errors import DrainConfigError
-from deadletter.drain.handlers import Handler, max_attempts_problem
+from deadletter.drain.handlers import Handler
+from deadletter.drain.policy import Policy
 from deadletter.drain.timeouts import HungHandlers, call_within
 from deadletter.exceptions import PermanentFailure
 from deadletter.queue import ATTEMPTS_KEY, LAST_ERROR_KEY, DropReason
@@ -29,7 +29,6 @@ __all__ = [
     "DrainReport",
     "Outcome",
     "deliver",
-    "configured_max_attempts",
 ]
 
 logger = logging.getLogger("deadletter")
@@ -55,6 +54,7 @@ def deliver(
     max_attempts: int | None = None,
     savepoint: bool = False,
     timeout: float | None = None,
+    policy: Policy | None = None,
 ) -> Outcome:
     """Hand one message to `handler` and settle its row by what happened.
 
@@ -64,7 +64,10 @@ def deliver(
       it anchors the age limit);
     * raises `PermanentFailure`: the row is dropped;
     * raises anything else: the row stays under its key with `Attempts` raised
-      and `LastError` recorded, or is dropped once `max_attempts` is reached.
+      and `LastError` recorded, or is dropped once `max_attempts` is reached;
+      under `policy`'s backoff it is not due again before the wait is over.
+
+    `policy` (the queue's) gives `max_attempts` and the backoff.
 
     With `savepoint` the handler runs in a savepoint, so database writes of a
     failing handler inside the caller's claim transaction are undone while
@@ -102,7 +105,9 @@ def deliver(
     except HungHandlers:
         raise
     except Exception as exc:
-        return _failed(item, exc, max_attempts)
+        if policy is not None:
+            max_attempts = policy.max_attempts
+        return _failed(item, exc, max_attempts, policy)
     if result is None:
         queue.dequeue(item.key)
         return Outcome.DELIVERED
@@ -110,7 +115,9 @@ def deliver(
     return _settle(item, Outcome.REQUEUED, lambda: queue.replace_msg(item.key, remainder))
 
 
-def _failed(item: queue.Queued, exc: Exception, max_attempts: int | None) -> Outcome:
+def _failed(
+    item: queue.Queued, exc: Exception, max_attempts: int | None, policy: Policy | None
+) -> Outcome:
     attempts = item.attempts + 1
     error = _last_error(exc)
     extra = dict(item.msg.extra)
@@ -131,14 +138,17 @@ def _failed(item: queue.Queued, exc: Exception, max_attempts: int | None) -> Out
             Outcome.MAX_ATTEMPTS,
             lambda: queue.drop_msg(item.key, msg, DropReason.MAX_ATTEMPTS),
         )
+    wait = policy.wait_seconds(attempts) if policy is not None else None
+    due_at = None if wait is None else datetime.now(UTC) + timedelta(seconds=wait)
     logger.warning(
-        "delivery failed queue=%s key=%s attempts=%s error=%s",
+        "delivery failed queue=%s key=%s attempts=%s error=%s due_at=%s",
         name,
         item.key.hex(),
         attempts,
         error,
+        due_at.isoformat() if due_at is not None else "now",
     )
-    _settle(item, Outcome.FAILED, lambda: queue.rewrite_msg(item.key, msg))
+    _settle(item, Outcome.FAILED, lambda: queue.rewrite_msg(item.key, msg, due_at=due_at))
     return Outcome.FAILED
 
 
@@ -180,6 +190,11 @@ class DrainReport:
     aborted_by: str | None = None
     # Rows a `redeliver` did not reach before it stopped (its deadline, hung handlers).
     unreached: int = 0
+    # Messages a backoff held back (left alone, no attempt charged), the soonest
+    # due of them, and the queues a breaker stopped for the rest of the pass.
+    waiting: int = 0
+    next_due: datetime | None = None
+    paused: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def handled(self) -> int:
@@ -194,7 +209,16 @@ class DrainReport:
 
     @property
     def exit_code(self) -> int:
-        return 1 if self.failed or self.errors else 0
+        return 1 if self.failed or self.errors or self.paused else 0
+
+    def pause(self, queue: str) -> None:
+        if queue not in self.paused:
+            self.paused.append(queue)
+
+    def add_waiting(self, count: int, next_due: datetime | None) -> None:
+        self.waiting += count
+        if next_due is not None and (self.next_due is None or next_due < self.next_due):
+            self.next_due = next_due
 
     def add(self, outcome: Outcome) -> None:
         if outcome is Outcome.DELIVERED:
@@ -213,6 +237,8 @@ class DrainReport:
             self.dropped[reason] = self.dropped.get(reason, 0) + int(count)
         self.stopped_by = self.stopped_by or other.get("stopped_by")
         self.aborted_by = self.aborted_by or other.get("aborted_by")
+        for name in other.get("paused", ()):
+            self.pause(name)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -225,15 +251,9 @@ class DrainReport:
             "errors": self.errors,
             "elapsed": round(self.elapsed, 3),
             "rate": round(self.handled / self.elapsed, 1) if self.elapsed > 0 else None,
+            "waiting": self.waiting,
+            "next_due": self.next_due.isoformat() if self.next_due is not None else None,
+            "paused": list(self.paused),
             "stopped_by": self.stopped_by,
             "aborted_by": self.aborted_by,
         }
-
-
-def configured_max_attempts() -> int | None:
-    """`DEADLETTER_MAX_ATTEMPTS`, or `DrainConfigError` with check E005's text."""
-    value = conf.MAX_ATTEMPTS
-    problem = max_attempts_problem(value)
-    if problem is not None:
-        raise DrainConfigError(problem)
-    return value

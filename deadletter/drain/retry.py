@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from deadletter import queue
 from deadletter.drain.handlers import load_handlers
 from deadletter.drain.locking import QueueLock
-from deadletter.drain.outcomes import DrainReport, Outcome, configured_max_attempts, deliver
+from deadletter.drain.outcomes import DrainReport, Outcome, deliver
 from deadletter.drain.timeouts import HungHandlers, TimeLimit
 from deadletter.wire import keys
 
@@ -40,7 +40,6 @@ def redeliver(
     selected = sorted({bytes(k) for k in row_keys})
     names = list(dict.fromkeys(keys.queue_of(k) for k in selected))
     handlers = load_handlers(names) if names else {}
-    max_attempts = configured_max_attempts()
     limit = TimeLimit.within(deadline=deadline)
     report = DrainReport(queues=names)
     claims = queue.can_claim_rows()
@@ -59,7 +58,7 @@ def redeliver(
             if seconds is not None and seconds <= 0:
                 report.stopped_by, report.unreached = "time budget", len(selected) - index
                 break
-            handler = handlers[keys.queue_of(key)][1]
+            loaded = handlers[keys.queue_of(key)]
             try:
                 if claims:
                     with queue.atomic():
@@ -68,16 +67,16 @@ def redeliver(
                             continue
                         outcome = deliver(
                             item,
-                            handler,
-                            max_attempts=max_attempts,
+                            loaded.handler,
                             savepoint=True,
                             timeout=seconds,
+                            policy=loaded.policy,
                         )
                 else:
                     item = queue.fetch_msg(key, on_drop=on_drop)
                     if item is None:
                         continue
-                    outcome = deliver(item, handler, max_attempts=max_attempts, timeout=seconds)
+                    outcome = deliver(item, loaded.handler, timeout=seconds, policy=loaded.policy)
             except HungHandlers:
                 report.stopped_by, report.unreached = "hung handlers", len(selected) - index
                 break

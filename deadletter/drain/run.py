@@ -3,9 +3,14 @@ hands every message to `outcomes.deliver`.
 
 SQLite has no row locks: one drain per queue at a time (`locking.QueueLock`),
 rows read in pages with no transaction open, each outcome its own short
-write. PostgreSQL claims each row `FOR UPDATE SKIP LOCKED` in the transaction
-that settles it, so drains share a queue (`workers` processes here, or
-drains elsewhere) and a drain that dies releases its row.
+write. PostgreSQL and MySQL/MariaDB claim each row `FOR UPDATE SKIP LOCKED` in
+the transaction that settles it, so drains share a queue (`workers` processes
+here, or drains elsewhere) and a drain that dies releases its row.
+
+Each queue is walked twice per pass (`queue.waiting`): the messages no backoff
+holds, in key order, then the retries whose backoff ended before the pass
+began; a message still waiting is never read. A queue's breaker (`policy`)
+ends its walk after that many failed attempts in a row.
 
 A run with a `budget` (the admin's and the API's) stops handing messages over
 when it is spent, and gives each handler at most what is left of it
@@ -15,19 +20,21 @@ when it is spent, and gives each handler at most what is left of it
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from datetime import UTC, datetime
 
 from django.db import DatabaseError
 
 from deadletter import queue
 from deadletter.drain.errors import DrainAborted, DrainConfigError
-from deadletter.drain.handlers import Handler, load_handlers
+from deadletter.drain.handlers import Loaded, load_handlers
 from deadletter.drain.locking import QueueLock
-from deadletter.drain.outcomes import DrainReport, Outcome, configured_max_attempts, deliver
+from deadletter.drain.outcomes import DrainReport, Outcome, deliver
 from deadletter.drain.timeouts import HungHandlers, TimeLimit, configured_handler_timeout
 from deadletter.drain.workers import Budget, Cursor, Guard, Worker, WorkerPool
 
@@ -50,7 +57,8 @@ class Drainer:
     message is handed over after it, and a handler still running when it ends
     is given up on (`DEADLETTER_HANDLER_TIMEOUT` applies either way). `grace`
     is what the worker processes' `SignalGuard`s wait for the message in hand
-    after a stop signal.
+    after a stop signal. With `ignore_backoff` (an operator's "now") every
+    message goes in key order, waiting or not.
 
     With `workers` above 1 a run makes a `WorkerPool` and is its `Drain`: the
     pool forks, and in each worker calls back `enlist` and `work`, which run
@@ -70,6 +78,7 @@ class Drainer:
         log_progress: bool = True,
         budget: float | None = None,
         grace: float | None = None,
+        ignore_backoff: bool = False,
     ) -> None:
         if limit is not None and limit < 1:
             raise DrainConfigError(f"limit must be at least 1, got {limit}")
@@ -79,7 +88,6 @@ class Drainer:
             raise DrainConfigError(f"workers must be at least 1, got {workers}")
         if budget is not None and not budget >= 0:
             raise DrainConfigError(f"budget must be at least 0 seconds, got {budget}")
-        max_attempts = configured_max_attempts()
         handler_timeout = configured_handler_timeout()
         self.handlers = load_handlers(queues)
         self.queues = list(self.handlers)
@@ -96,9 +104,9 @@ class Drainer:
         self.workers = workers
         self.wait = wait
         self.batch_size = batch_size
-        self.max_attempts = max_attempts
         self.budget = budget
         self.grace = grace
+        self.ignore_backoff = ignore_backoff
         self._limit = TimeLimit(handler_timeout)
         self.on_outcome = on_outcome
         self.log_progress = log_progress
@@ -111,6 +119,8 @@ class Drainer:
         self._worker: Worker | None = None
         self._next_at = 0.0
         self._progress_at = 0.0
+        self._pass_start = datetime.now(UTC)
+        self._failures_in_row: dict[str, int] = {}
 
     # -- control
 
@@ -124,6 +134,10 @@ class Drainer:
         """Whether the run was asked to stop (a pool passes it on to its workers)."""
         return self._stop.is_set()
 
+    def pause_between_passes(self, seconds: float) -> None:
+        """Wait `seconds` before the next pass, or until asked to stop."""
+        self._stop.wait(seconds)
+
     def pending(self) -> int | None:
         """Rows the run would visit now: a progress bar's total (None if unknown)."""
         try:
@@ -135,9 +149,18 @@ class Drainer:
         """(queue, handler path, preview) for what a run would do, reading only;
         `limit` counts the messages that would be handed over."""
         left = self.limit
+        now = datetime.now(UTC)
         for name in self.queues:
-            path = self.handlers[name][0]
+            path = self.handlers[name].path
+            held = {} if self.ignore_backoff else dict(queue.waiting_keys(name, now, None))
             for item in queue.preview_failed_msgs(name, batch_size=self.batch_size):
+                if item.verdict == "deliver" and item.key in held:
+                    yield (
+                        name,
+                        path,
+                        dataclasses.replace(item, verdict="waiting", due_at=held[item.key]),
+                    )
+                    continue
                 if item.verdict == "deliver" and left is not None:
                     if left <= 0:
                         return
@@ -147,7 +170,13 @@ class Drainer:
     # -- the run
 
     def run(self) -> DrainReport:
+        """One pass over the queues, up to each one's tail as the pass began; again
+        and again from `drain.service`, each pass from a fresh start."""
         report = DrainReport(queues=list(self.queues), workers=self.workers)
+        self._budget = Budget(self.limit, self._guard)
+        self._cursors = {}
+        self._until = {}
+        self._failures_in_row = {}
         started = time.monotonic()
         self._progress_at = started + PROGRESS_EVERY
         if self.budget is not None:
@@ -173,18 +202,30 @@ class Drainer:
             report.elapsed = time.monotonic() - started
             report.stopped_by = report.stopped_by or self.stopped_by
             logger.info(
-                "drain finished delivered=%s requeued=%s dropped=%s failed=%s errors=%s "
-                "elapsed=%.3f stopped_by=%s aborted_by=%s",
+                "drain finished delivered=%s requeued=%s dropped=%s failed=%s waiting=%s "
+                "paused=%s errors=%s elapsed=%.3f stopped_by=%s aborted_by=%s",
                 report.delivered,
                 report.requeued,
                 report.dropped,
                 report.failed,
+                report.waiting,
+                ",".join(report.paused) or "-",
                 report.errors,
                 report.elapsed,
                 report.stopped_by,
                 report.aborted_by,
             )
+        self._record_pass(report)
         return report
+
+    def _record_pass(self, report: DrainReport) -> None:
+        """Note for the overview and the metrics how this pass left each queue."""
+        if self._worker is not None or report.aborted_by:
+            return
+        try:
+            queue.record_passes(self.queues, report.paused, datetime.now(UTC))
+        except DatabaseError:
+            logger.exception("drain could not record its pass")
 
     def _run_workers(self, report: DrainReport) -> None:
         """The run in `workers` forked processes, each claiming rows up to the
@@ -217,9 +258,15 @@ class Drainer:
     # -- the loops
 
     def _snapshot(self, report: DrainReport) -> bool:
-        """Note each queue's newest key: the run stops there."""
+        """Note each queue's newest key (the run stops there), the pass's start (a
+        retry is due if its wait ended before it) and the messages that wait."""
+        self._pass_start = datetime.now(UTC)
         try:
             self._until = {name: queue.tail_key(name) for name in self.queues}
+            for name in self.queues:
+                if self._until[name] is not None:
+                    held = queue.waiting(name, self._pass_start)
+                    report.add_waiting(held.count, held.next_due)
         except DatabaseError:
             logger.exception("drain cannot read the queues")
             report.errors += 1
@@ -251,24 +298,43 @@ class Drainer:
             until = self._until.get(name)
             if until is None:
                 continue
-            handler = self.handlers[name][1]
+            loaded = self.handlers[name]
+            due_now = not self.ignore_backoff
             try:
                 if self.claims:
-                    self._drain_claiming(name, handler, until, report)
+                    self._drain_claiming(name, loaded, until, report, due_now)
+                    if due_now:
+                        self._drain_claiming_retries(name, loaded, until, report)
                 else:
-                    self._drain_scanning(name, handler, until, report)
+                    on_drop = self._counting_drops(report)
+                    fresh = queue.iter_failed_msgs(
+                        name, batch_size=self.batch_size, on_drop=on_drop, due_now=due_now
+                    )
+                    self._drain_scanning(name, loaded, until, report, fresh)
+                    if not due_now:
+                        continue
+                    retries = queue.due_retries(
+                        name,
+                        self._pass_start,
+                        until=until,
+                        batch_size=self.batch_size,
+                        on_drop=on_drop,
+                    )
+                    self._drain_scanning(name, loaded, until, report, retries)
             except DatabaseError:
                 logger.exception("drain of a queue failed queue=%s", name)
                 report.errors += 1
 
     def _drain_scanning(
-        self, name: str, handler: Handler, until: bytes, report: DrainReport
+        self,
+        name: str,
+        loaded: Loaded,
+        until: bytes,
+        report: DrainReport,
+        items: Iterator[queue.Queued],
     ) -> None:
-        items = queue.iter_failed_msgs(
-            name, batch_size=self.batch_size, on_drop=self._counting_drops(report)
-        )
         for item in items:
-            if item.key > until or not self._may_go_on():
+            if item.key > until or not self._may_go_on(name, report):
                 return
             if not self._budget.take():
                 return
@@ -277,22 +343,50 @@ class Drainer:
             if self._stop.is_set():
                 return
             try:
-                outcome = deliver(item, handler, max_attempts=self.max_attempts, timeout=seconds)
+                outcome = deliver(item, loaded.handler, timeout=seconds, policy=loaded.policy)
             except HungHandlers:
                 self.stop("hung handlers")
                 return
-            self._record(report, outcome)
+            self._record(report, outcome, name)
 
     def _drain_claiming(
-        self, name: str, handler: Handler, until: bytes, report: DrainReport
+        self, name: str, loaded: Loaded, until: bytes, report: DrainReport, due_now: bool
     ) -> None:
         cursor = self._cursors.setdefault(name, Cursor(self._guard))
         on_drop = self._counting_drops(report)
 
         def take(after: bytes | None) -> queue.Queued | None:
-            return queue.claim_failed_msg(name, after=after, until=until, on_drop=on_drop)
+            return queue.claim_failed_msg(
+                name, after=after, until=until, on_drop=on_drop, due_now=due_now
+            )
 
-        while self._may_go_on():
+        self._claim_loop(name, loaded, report, lambda: cursor.claim(take))
+
+    def _drain_claiming_retries(
+        self, name: str, loaded: Loaded, until: bytes, report: DrainReport
+    ) -> None:
+        """The due retries, each claimed past this worker's own cursor: a retry
+        another worker handled has left the set (delivered, or due after the pass began)."""
+        on_drop = self._counting_drops(report)
+        after: queue.RetryCursor | None = None
+
+        def take() -> queue.Queued | None:
+            nonlocal after
+            item, after = queue.claim_due_retry(
+                name, self._pass_start, after=after, until=until, on_drop=on_drop
+            )
+            return item
+
+        self._claim_loop(name, loaded, report, take)
+
+    def _claim_loop(
+        self,
+        name: str,
+        loaded: Loaded,
+        report: DrainReport,
+        claim: Callable[[], queue.Queued | None],
+    ) -> None:
+        while self._may_go_on(name, report):
             if not self._budget.take():
                 return
             self._pace()
@@ -301,26 +395,30 @@ class Drainer:
                 return
             try:
                 with queue.atomic():
-                    item = cursor.claim(take)
+                    item = claim()
                     seconds = self._handler_time()
                     if item is None or self._stop.is_set():
                         self._budget.give_back()
                         return
                     outcome = deliver(
                         item,
-                        handler,
-                        max_attempts=self.max_attempts,
+                        loaded.handler,
                         savepoint=True,
                         timeout=seconds,
+                        policy=loaded.policy,
                     )
             except HungHandlers:
                 self._budget.give_back()
                 self.stop("hung handlers")
                 return
-            self._record(report, outcome)
+            self._record(report, outcome, name)
 
-    def _may_go_on(self) -> bool:
+    def _may_go_on(self, name: str | None = None, report: DrainReport | None = None) -> bool:
+        """Whether to hand over another message (of queue `name`: not once its
+        breaker stopped it for this pass)."""
         if self._stop.is_set():
+            return False
+        if report is not None and name in report.paused:
             return False
         if self._limit.spent():
             self.stop("time budget")
@@ -348,9 +446,10 @@ class Drainer:
             now = time.monotonic()
         self._next_at = max(self._next_at, now) + self.workers / self.rate
 
-    def _record(self, report: DrainReport, outcome: Outcome) -> None:
+    def _record(self, report: DrainReport, outcome: Outcome, name: str) -> None:
         report.add(outcome)
         self.notify(outcome)
+        self._count_for_breaker(report, outcome, name)
         if self._limit.spent():  # the budget ran out on this message: say so
             self.stop("time budget")
         if self.log_progress and self._worker is None:
@@ -365,6 +464,24 @@ class Drainer:
                     report.failed,
                     sum(report.dropped.values()),
                 )
+
+    def _count_for_breaker(self, report: DrainReport, outcome: Outcome, name: str) -> None:
+        """K failed attempts in a row (K the queue's breaker) stop the queue for the
+        rest of the pass; a delivery starts the count again."""
+        breaker = self.handlers[name].policy.breaker
+        if breaker is None:
+            return
+        if outcome in (Outcome.FAILED, Outcome.MAX_ATTEMPTS):
+            self._failures_in_row[name] = failures = self._failures_in_row.get(name, 0) + 1
+            if failures >= breaker:
+                report.pause(name)
+                logger.warning(
+                    "queue paused for the rest of the pass queue=%s failures_in_a_row=%s",
+                    name,
+                    failures,
+                )
+        elif outcome in (Outcome.DELIVERED, Outcome.REQUEUED):
+            self._failures_in_row[name] = 0
 
     def notify(self, outcome: Outcome) -> None:
         """One settled message, to `on_outcome`: in a worker by way of the

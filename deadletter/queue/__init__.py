@@ -54,8 +54,26 @@ from deadletter.queue.rows import (
     attempts_of,
     insert_value,
 )
+from deadletter.queue.waiting import (
+    RetryCursor,
+    Waiting,
+    claim_due_retry,
+    due_retries,
+    last_passes,
+    record_passes,
+    waiting,
+    waiting_keys,
+)
 
 __all__ = [
+    "RetryCursor",
+    "Waiting",
+    "claim_due_retry",
+    "due_retries",
+    "last_passes",
+    "record_passes",
+    "waiting",
+    "waiting_keys",
     "MAX_QUEUE_AGE",  # noqa: F822  (the module's __getattr__: the setting, read when asked)
     "Queued",
     "QueueingError",

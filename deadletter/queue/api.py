@@ -212,9 +212,12 @@ def iter_failed_msgs(
     limit: int | None = None,
     *,
     on_drop: OnDrop | None = None,
+    due_now: bool = False,
 ) -> Iterator[Queued]:
     """`fetch_failed_msgs` in bounded memory: reads `batch_size` rows at a time,
-    and no more than `limit` when fewer messages are wanted.
+    and no more than `limit` when fewer messages are wanted. With `due_now` (the
+    drain), only the messages no backoff holds back and none that ever waited
+    (`queue.waiting` reads those).
 
     Rows the rules rewrite (a legacy aggregate, a multi-message row, a zero
     `queued_at`, an expired sibling) are rewritten first and then read again,
@@ -238,7 +241,8 @@ def iter_failed_msgs(
     rereads: dict[bytes, int] = {}
 
     def read(inclusive: bool, after: bytes, high: bytes) -> list[tuple[Any, ...]]:
-        return sql.read(connection, page_sql(connection, inclusive, batch_size), (after, high))
+        query = sql.range_sql(connection, sql.table(), inclusive, batch_size, due_now=due_now)
+        return sql.read(connection, query, (after, high))
 
     pages = sql.KeyPages(read, low, high, batch_size)
     try:

@@ -14,6 +14,7 @@ import contextlib
 import dataclasses
 import logging
 from collections.abc import Iterator
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from django.db import DatabaseError, NotSupportedError, transaction
@@ -49,11 +50,13 @@ logger = logging.getLogger("deadletter")
 @dataclasses.dataclass(frozen=True, slots=True)
 class Preview:
     """What a drain would do with one message, read without writing: `verdict` is
-    "deliver", "expired" or "corrupt" (`msg` is None for a corrupt row)."""
+    "deliver", "waiting" (a backoff holds it until `due_at`), "expired" or
+    "corrupt" (`msg` is None for a corrupt row)."""
 
     key: bytes
     msg: Message | None
     verdict: str
+    due_at: datetime | None = None
 
 
 def database_vendor() -> str:
@@ -96,11 +99,12 @@ def _rows() -> QueuedMessageQuerySet:
     return QueuedMessage.objects.using(conf.DATABASE)
 
 
-def rewrite_msg(key: bytes, msg: Message) -> bool:
+def rewrite_msg(key: bytes, msg: Message, *, due_at: datetime | None = None) -> bool:
     """Write `msg` back in place under `key`, keeping the row's place in the queue;
     False when the row is gone (nothing is written then). Raises `QueueingError`.
     The cause of its `LastError` (`causes.signature_of`) goes in the same statement,
-    so the admin groups failures without decoding rows."""
+    so the admin groups failures without decoding rows, and so does `due_at`, when
+    a backoff next hands it over (None: due now)."""
     key = bytes(key)
     connection = sql.connection()
     try:
@@ -112,9 +116,15 @@ def rewrite_msg(key: bytes, msg: Message) -> bool:
             sql.write(
                 connection,
                 sql.statement(
-                    connection, "UPDATE {table} SET value = %s, signature = %s WHERE {key} = %s"
+                    connection,
+                    "UPDATE {table} SET value = %s, signature = %s, due_at = %s WHERE {key} = %s",
                 ),
-                (value, signature_of(msg.extra.get(LAST_ERROR_KEY)), key),
+                (
+                    value,
+                    signature_of(msg.extra.get(LAST_ERROR_KEY)),
+                    connection.ops.adapt_datetimefield_value(due_at),
+                    key,
+                ),
             )
         )
     except DatabaseError as exc:
@@ -210,11 +220,13 @@ def claim_failed_msg(
     after: bytes | None = None,
     until: bytes | None = None,
     on_drop: OnDrop | None = None,
+    due_now: bool = False,
 ) -> Queued | None:
     """Lock the oldest message of `queue` no other transaction holds, with
     `SELECT ... FOR UPDATE SKIP LOCKED`; call it inside a transaction (see
     `claiming`). Rows the rules rewrite or drop on the way are treated as by
-    `iter_failed_msgs`, in the same transaction, and told to `on_drop`.
+    `iter_failed_msgs`, in the same transaction, and told to `on_drop`. With
+    `due_now` (the drain), only a row no backoff ever held back.
     """
     connection = sql.connection()
     if not connection.in_atomic_block:
@@ -225,7 +237,7 @@ def claim_failed_msg(
     bound, inclusive = after, False
     rereads = 0
     while True:
-        row = _rows().claim(queue, after=bound, inclusive=inclusive, until=until)
+        row = _rows().claim(queue, after=bound, inclusive=inclusive, until=until, due_now=due_now)
         if row is None:
             return None
         key, value = row

@@ -65,6 +65,16 @@ class StatsCollector:
             "Messages thrown away, by reason (expired, corrupt, permanent, max_attempts).",
             labels=["queue", "reason"],
         )
+        waiting = GaugeMetricFamily(
+            "deadletter_waiting_messages",
+            "Messages a backoff holds back: the drain hands them over once it ends.",
+            labels=["queue"],
+        )
+        paused = GaugeMetricFamily(
+            "deadletter_queue_paused",
+            "1 when the last drain pass stopped the queue after its breaker's failures in a row.",
+            labels=["queue"],
+        )
         attempts = GaugeHistogramMetricFamily(
             "deadletter_message_attempts",
             "Failed deliveries per message, over the oldest rows read (attempts_rows).",
@@ -75,6 +85,8 @@ class StatsCollector:
             age.add_metric([q.name], q.oldest_enqueued_age or 0.0)
             failure.add_metric([q.name], q.oldest_failure_age or 0.0)
             expiring.add_metric([q.name], q.expiring)
+            waiting.add_metric([q.name], q.waiting)
+            paused.add_metric([q.name], 1 if q.paused else 0)
             for reason, count in q.dropped.items():
                 dropped.add_metric([q.name, reason], count)
             attempts.add_metric([q.name], _buckets(q), gsum_value=_attempts_sum(q))
@@ -83,7 +95,7 @@ class StatsCollector:
             "The horizon deadletter_expiring_messages looks ahead.",
             value=self.figures.horizon.total_seconds(),
         )
-        yield from (depth, age, failure, expiring, horizon, dropped, attempts)
+        yield from (depth, age, failure, expiring, waiting, paused, horizon, dropped, attempts)
 
 
 def _buckets(q: stats.QueueStats) -> list[tuple[str, float]]:

@@ -16,7 +16,7 @@ from typing import Any
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from deadletter.conf import conf
-from deadletter.queue import queue_names
+from deadletter.queue import last_passes, queue_names
 from deadletter.reports import summaries
 from deadletter.store import sql
 from deadletter.wire import gotime, keys
@@ -82,7 +82,9 @@ class QueueOverview:
     `now - max age + horizon`: expired already or expiring within the
     horizon, as `stats.collect` counts them; `expired` those parked before
     `now - max age`. A partly delivered remainder, parked again with its
-    older first failure, is counted once its new key is that old.
+    older first failure, is counted once its new key is that old. `waiting`
+    counts the messages a backoff holds back at `now`; `paused` says whether
+    the last drain pass stopped the queue by its breaker.
     """
 
     name: str
@@ -93,6 +95,8 @@ class QueueOverview:
     expired: Count
     legacy_rows: int
     causes: list[Cause]
+    waiting: Count = Count(0, False)
+    paused: bool = False
 
 
 def signatures(limit: int = MAX_CAUSES) -> list[str]:
@@ -178,20 +182,24 @@ def overview(
             f"(SELECT COUNT(*) FROM {table} WHERE {key} = %s)",
             f"(SELECT {key} {head})",
             f"(SELECT value {head})",
+            _capped_sql(table, f"due_at > %s AND {in_range}"),
         ]
     )
+    due_now = connection.ops.adapt_datetimefield_value(now)
     selects = []
     for name in names:
         prefix = keys.encode_queue_name(name)
         low, high = keys.message_bounds(name)
-        params = [prefix, high]
+        params: list[Any] = [prefix, high]
         params += [low, _key_before(prefix, expiring_before)]
         params += [low, _key_before(prefix, expired_before)]
         params += [prefix, low, high, low, high]
+        params += [due_now, low, high]
         selects.append((columns, params))
     with connection.cursor() as cursor:
         found = _union_rows(cursor, selects)
     by_queue = causes_by_queue(names)
+    passes = last_passes(names)
     return [
         QueueOverview(
             name=name,
@@ -202,8 +210,12 @@ def overview(
             expired=_count(expired),
             legacy_rows=int(legacy),
             causes=by_queue.get(name, []),
+            waiting=_count(waiting),
+            paused=name in passes and passes[name].paused,
         )
-        for name, (depth, expiring, expired, legacy, key, value) in zip(names, found, strict=True)
+        for name, (depth, expiring, expired, legacy, key, value, waiting) in zip(
+            names, found, strict=True
+        )
     ]
 
 

@@ -32,6 +32,7 @@ from typing import Any
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from deadletter.conf import conf
+from deadletter.queue import last_passes, waiting
 from deadletter.queue.rows import attempts_of
 from deadletter.reports import summaries
 from deadletter.store import sql
@@ -79,6 +80,8 @@ class QueueStats:
     attempts: dict[str, int]
     attempts_rows: int
     dropped: dict[str, int]
+    waiting: int = 0  # messages a backoff holds back now
+    paused: bool = False  # the last drain pass stopped the queue by its breaker
 
     def as_dict(self) -> dict[str, Any]:
         """Plain JSON: times as RFC 3339 text (to the nanosecond for message times)."""
@@ -95,6 +98,8 @@ class QueueStats:
             "attempts": dict(self.attempts),
             "attempts_rows": self.attempts_rows,
             "dropped": dict(self.dropped),
+            "waiting": self.waiting,
+            "paused": self.paused,
         }
 
 
@@ -144,9 +149,18 @@ def collect(
         statuses = [summaries.queue_status(n) for n in names]
         dropped = drop_counts(connection, names)
     threshold = now - gotime.duration_ns(max_age) + gotime.duration_ns(horizon)
+    passes = last_passes([s.name for s in statuses])
     result = [
         _queue_stats(connection, s, dropped.get(s.name), now, threshold, attempts_sample)
         for s in statuses
+    ]
+    result = [
+        dataclasses.replace(
+            q,
+            waiting=waiting(q.name, gotime.utc_datetime(now)).count if q.depth else 0,
+            paused=q.name in passes and passes[q.name].paused,
+        )
+        for q in result
     ]
     return Stats(result, _totals(result), gotime.utc_datetime(now), horizon, max_age)
 
@@ -264,6 +278,8 @@ def _totals(queues: list[QueueStats]) -> QueueStats:
         attempts=attempts,
         attempts_rows=sum(q.attempts_rows for q in queues),
         dropped=dropped,
+        waiting=sum(q.waiting for q in queues),
+        paused=any(q.paused for q in queues),
     )
 
 

@@ -4,6 +4,7 @@ are what is tested."""
 
 from __future__ import annotations
 
+import re
 from html.parser import HTMLParser
 from typing import Any
 from urllib.parse import urljoin
@@ -725,3 +726,33 @@ def test_any_time_and_value_renders_on_the_list_the_message_page_and_the_overvie
         assert "far" in overview.text
     finally:
         QueuedMessage.objects.filter(key=key).delete()
+
+
+# --- backoff and breaker, as the operator sees them -------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_waiting_message_shows_when_it_is_due_and_the_overview_a_paused_queue(
+    admin_client, settings
+) -> None:
+    from deadletter.drain import Drainer
+
+    settings.DEADLETTER_HANDLERS = {
+        "hooks": {
+            "handler": "tests.factories.failing_handler",
+            "backoff": [3600, 3600],
+            "breaker": 1,
+        }
+    }
+    store_failed_msgs("hooks", Message(subject="down"))
+    store_failed_msgs("hooks", Message(subject="untouched"))
+    Drainer().run()
+    app = open_page(admin_client, "/admin/deadletter/")
+    changelist = open_page(admin_client, app.link("Queued messages"))
+    assert len(re.findall(r"waits (\d+\xa0minutes|1\xa0hour)", changelist.text)) == 1
+    row = [href for _, href in changelist.links if "/change/" in href][0]
+    message = open_page(admin_client, urljoin(changelist.url, row))
+    assert "Next due" in message.text
+    overview = open_page(admin_client, app.link("Queue overview"))
+    assert "waiting" in overview.headers
+    assert 'class="dl-paused"' in overview.text

@@ -107,3 +107,25 @@ def test_counters_survive_a_restart(settings, subprocess_env) -> None:
     assert got[("deadletter_dropped_total", labels("expired"))] == 1
     assert got[("deadletter_dropped_total", labels("corrupt"))] == 1
     assert got[("deadletter_queue_depth", (("queue", "mail"),))] == 0
+
+
+def test_the_scrape_counts_waiting_messages_and_paused_queues(client, settings) -> None:
+    from deadletter.drain import Drainer
+    from tests.factories import park
+
+    settings.DEADLETTER_METRICS_TOKEN = TOKEN
+    settings.DEADLETTER_HANDLERS = {
+        "hooks": {
+            "handler": "tests.factories.failing_handler",
+            "backoff": [600, 600],
+            "breaker": 2,
+        },
+    }
+    park("a", "b", "c", queue="hooks")
+    park("m", queue="mail")  # no handler: no pass goes over it
+    Drainer().run()  # two failures pause hooks; both wait ten minutes
+    got = samples(scrape(client).content.decode())
+    hooks, mail = (("queue", "hooks"),), (("queue", "mail"),)
+    assert got[("deadletter_waiting_messages", hooks)] == 2
+    assert got[("deadletter_queue_paused", hooks)] == 1
+    assert got[("deadletter_queue_paused", mail)] == 0

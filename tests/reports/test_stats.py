@@ -155,3 +155,27 @@ def test_as_dict_is_plain_json_with_go_times() -> None:
     assert q["oldest_queued_at"] == "2026-12-01T10:00:00.123456789+01:00"
     assert q["oldest_enqueued_age_seconds"] == 1.0
     assert data["totals"]["depth"] == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_stats_say_how_many_wait_and_whether_the_last_pass_paused_the_queue(settings) -> None:
+    import json
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    from deadletter.drain import Drainer
+    from tests.factories import park
+
+    settings.DEADLETTER_HANDLERS = {
+        "hooks": {"handler": "tests.factories.failing_handler", "backoff": [600, 600], "breaker": 1}
+    }
+    park("a", "b", queue="hooks")
+    Drainer().run()
+    out = StringIO()
+    call_command("deadletter_stats", "--format", "json", stdout=out)
+    (hooks,) = json.loads(out.getvalue())["queues"]
+    assert (hooks["waiting"], hooks["paused"]) == (1, True)
+    text = StringIO()
+    call_command("deadletter_stats", stdout=text)
+    assert "waiting  paused" in text.getvalue()

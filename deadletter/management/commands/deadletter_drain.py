@@ -1,10 +1,12 @@
 """`manage.py deadletter_drain`: hand parked messages back to their handlers.
 
 Only parses arguments and shows progress; the drain itself is
-`deadletter.drain.Drainer`. Exit status: 0 when nothing stayed failed, 1 when
-some message did (or a worker or the database failed), 2 for usage and
+`deadletter.drain.Drainer` (one pass) or `deadletter.drain.serve` (`--forever`).
+Exit status: 0 when nothing stayed failed, 1 when some message did, a breaker
+paused a queue, or a worker or the database failed, 2 for usage and
 configuration errors (nothing touched), 128 + signal number when a second
-SIGINT/SIGTERM stopped it at once, or the first one's `--grace` ran out.
+SIGINT/SIGTERM stopped it at once, or the first one's `--grace` ran out. With
+`--forever`, a SIGINT/SIGTERM that stops it after the message in hand exits 0.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from deadletter.drain import (
     DEFAULT_GRACE,
+    DEFAULT_INTERVAL,
     DrainAborted,
     DrainConfigError,
     Drainer,
@@ -28,6 +31,7 @@ from deadletter.drain import (
     DrainReport,
     Outcome,
     SignalGuard,
+    serve,
 )
 from deadletter.management.arguments import add_queue_argument
 from deadletter.management.progress import add_progress_argument
@@ -115,6 +119,19 @@ class Command(BaseCommand):
             f"(default {DEFAULT_GRACE:g}).",
         )
         parser.add_argument(
+            "--forever",
+            action="store_true",
+            help="Run pass after pass (a service: systemd, a container) until SIGTERM/SIGINT, "
+            "which ends it after the message in hand with exit status 0.",
+        )
+        parser.add_argument(
+            "--interval",
+            type=seconds,
+            default=None,
+            metavar="SECONDS",
+            help=f"With --forever, the pause between passes (default {DEFAULT_INTERVAL:g}).",
+        )
+        parser.add_argument(
             "--dry-run", action="store_true", help="Say what would be done; change nothing."
         )
         parser.add_argument(
@@ -127,7 +144,12 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         fmt = options["format"]
-        bar = self._want_bar(fmt) and not options["dry_run"] and options["progress"]
+        forever = options["forever"]
+        if options["interval"] is not None and not forever:
+            raise CommandError("--interval needs --forever", returncode=2)
+        if forever and options["dry_run"]:
+            raise CommandError("--dry-run makes one pass; leave out --forever", returncode=2)
+        bar = self._want_bar(fmt) and not options["dry_run"] and options["progress"] and not forever
         try:
             drainer = Drainer(
                 options["queues"],
@@ -142,6 +164,9 @@ class Command(BaseCommand):
             raise CommandError(str(exc), returncode=2) from exc
         if options["dry_run"]:
             self._dry_run(drainer, fmt)
+            return
+        if forever:
+            self._serve(drainer, options)
             return
         try:
             with self._progress(drainer, bar), SignalGuard(drainer, grace=options["grace"]):
@@ -166,6 +191,33 @@ class Command(BaseCommand):
                 f"{report.failed} message(s) stayed failed, {report.errors} error(s)",
                 returncode=report.exit_code,
             )
+
+    def _serve(self, drainer: Drainer, options: dict[str, Any]) -> None:
+        """`--forever`: one log line a pass (and with `--format json` one JSON line on
+        stdout); a stop signal ends it after the message in hand, exit status 0."""
+        interval = DEFAULT_INTERVAL if options["interval"] is None else options["interval"]
+
+        def each(report: DrainReport) -> None:
+            if options["format"] == "json":
+                self.stdout.write(json.dumps(report.as_dict()))
+
+        try:
+            with SignalGuard(drainer, grace=options["grace"]):
+                done = serve(drainer, interval=interval, on_pass=each)
+        except (DrainLocked, DrainConfigError) as exc:
+            raise CommandError(str(exc), returncode=2) from exc
+        except DrainAborted as exc:
+            raise CommandError(
+                f"aborted by a second {exc.signame}; the message in hand stays queued",
+                returncode=128 + exc.signum,
+            ) from None
+        if options["format"] == "text":
+            self.stdout.write(
+                f"Stopped by {done.stopped_by} after {done.passes} pass(es): "
+                f"{done.delivered} delivered, {done.failed} failed attempt(s)."
+            )
+        if done.stopped_by not in ("SIGINT", "SIGTERM"):
+            raise CommandError(f"the service stopped: {done.stopped_by}", returncode=1)
 
     def _want_bar(self, fmt: str) -> bool:
         if fmt != "text" or not self.stderr.isatty():
@@ -199,11 +251,12 @@ class Command(BaseCommand):
             yield
 
     def _dry_run(self, drainer: Drainer, fmt: str) -> None:
-        counts = {"deliver": 0, "expired": 0, "corrupt": 0}
+        counts = {"deliver": 0, "expired": 0, "corrupt": 0, "waiting": 0}
         lines: list[dict[str, Any]] = []
         for name, path, item in drainer.preview():
             counts[item.verdict] += 1
             subject = item.msg.subject if item.msg is not None else None
+            due = item.due_at.isoformat() if item.due_at is not None else None
             if fmt == "json":
                 lines.append(
                     {
@@ -212,7 +265,13 @@ class Command(BaseCommand):
                         "subject": subject,
                         "action": item.verdict,
                         "handler": path,
+                        "due_at": due,
                     }
+                )
+            elif item.verdict == "waiting":
+                self.stdout.write(
+                    f"Would leave {keys.to_text(item.key)} ({subject!r}) of {name} waiting: "
+                    f"due {due}"
                 )
             elif item.verdict == "deliver":
                 self.stdout.write(
@@ -226,8 +285,9 @@ class Command(BaseCommand):
             self.stdout.write(json.dumps({"dry_run": True, "would": counts, "messages": lines}))
             return
         self.stdout.write(
-            f"Would deliver {counts['deliver']} message(s) and drop {counts['expired']} expired "
-            f"and {counts['corrupt']} corrupt; nothing was changed (dry run)."
+            f"Would deliver {counts['deliver']} message(s), leave {counts['waiting']} waiting, "
+            f"and drop {counts['expired']} expired and {counts['corrupt']} corrupt; "
+            "nothing was changed (dry run)."
         )
 
     def _summary(self, report: DrainReport, fmt: str, grace: float | None = None) -> None:
@@ -246,6 +306,13 @@ class Command(BaseCommand):
             f"permanent {d['permanent']}, max attempts {d['max_attempts']})",
             f"  still failed: {report.failed}",
         ]
+        if report.waiting:
+            due = report.next_due.isoformat(timespec="seconds") if report.next_due else "-"
+            lines.append(f"  waiting:      {report.waiting} (backoff; the next is due {due})")
+        if report.paused:
+            lines.append(
+                f"  paused:       {', '.join(report.paused)} (breaker: too many failures in a row)"
+            )
         if report.errors:
             lines.append(f"  errors:       {report.errors} (see the log)")
         if report.aborted_by and grace is not None:

@@ -117,6 +117,7 @@ class Command(BaseCommand):
     def _table(self, figures: stats.Stats) -> str:
         horizon = age(figures.horizon.total_seconds())
         head = ["queue", "depth", "oldest parked", "oldest failed", f"expiring <{horizon}"]
+        head += ["waiting", "paused"]
         head += [r.replace("_", " ") for r in DROP_REASONS]
         rows = [self._row(q) for q in figures.queues]
         rows.append(["TOTAL", *self._row(figures.totals)[1:]])
@@ -136,6 +137,8 @@ class Command(BaseCommand):
             age(q.oldest_enqueued_age),
             age(q.oldest_failure_age),
             expiring,
+            str(q.waiting),
+            "yes" if q.paused else "no",
             *(str(q.dropped.get(r, 0)) for r in DROP_REASONS),
         ]
 

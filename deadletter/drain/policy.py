@@ -1,0 +1,153 @@
+"""Per-queue policy: what `DEADLETTER_HANDLERS` says about each queue beyond its
+handler (a value is a dotted path, or a dict with the handler and its limits),
+with `DEADLETTER_MAX_ATTEMPTS`, `DEADLETTER_BACKOFF` and `DEADLETTER_BREAKER` as
+the defaults a dict leaves out. `policy_problems` is the one reading of the rules
+that the system checks (E004, E005, E013-E015) and the drain both use.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+from collections.abc import Mapping
+from typing import Any
+
+from deadletter.conf import conf
+
+__all__ = [
+    "POLICY_KEYS",
+    "Policy",
+    "PolicyProblem",
+    "backoff_problem",
+    "breaker_problem",
+    "handler_path",
+    "policy_of",
+    "policy_problems",
+]
+
+POLICY_KEYS = ("handler", "max_attempts", "backoff", "breaker")
+JITTER = 0.1  # a backoff's wait is spread by up to this share either way
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Policy:
+    """One queue's handler path and limits, each resolved against its default.
+
+    `backoff` is `(first, max)` seconds: after a failed attempt that leaves
+    `Attempts` = n the message waits `min(max, first * 2 ** (n - 1))`, give or
+    take `JITTER`. `breaker` K stops the queue for the rest of a pass after K
+    failed attempts in a row.
+    """
+
+    path: str
+    max_attempts: int | None = None
+    backoff: tuple[float, float] | None = None
+    breaker: int | None = None
+
+    def wait_seconds(self, attempts: int, rng: random.Random | None = None) -> float | None:
+        """How long a message waits after its `attempts`-th failure; None: no backoff."""
+        if self.backoff is None or attempts < 1:
+            return None
+        first, most = self.backoff
+        wait = most if attempts > 64 else min(most, first * 2 ** (attempts - 1))
+        spread = (rng or random).uniform(-JITTER, JITTER)
+        return max(0.0, wait * (1 + spread))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PolicyProblem:
+    """One thing wrong with a queue's policy: `key` is the policy key at fault
+    ("handler", "max_attempts", "backoff", "breaker", or "keys" for the dict itself)."""
+
+    queue: str
+    key: str
+    detail: str
+
+    def __str__(self) -> str:
+        return self.detail
+
+
+def handler_path(value: Any) -> Any:
+    """The handler's dotted path in a `DEADLETTER_HANDLERS` value (either form)."""
+    return value.get("handler") if isinstance(value, Mapping) else value
+
+
+def backoff_problem(value: Any, where: str) -> str | None:
+    """What is wrong with a backoff (`[first_seconds, max_seconds]` or None), or None."""
+    if value is None:
+        return None
+    if (
+        not isinstance(value, list | tuple)
+        or len(value) != 2
+        or not all(_seconds(v) for v in value)
+    ):
+        return f"{where} must be None or [first_seconds, max_seconds], got {value!r}"
+    first, most = value
+    if not 0 < first <= most:
+        return f"{where} must have 0 < first_seconds <= max_seconds, got {value!r}"
+    return None
+
+
+def breaker_problem(value: Any, where: str) -> str | None:
+    """What is wrong with a breaker (a count of failures in a row, or None), or None."""
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+        return f"{where} must be None or an int of at least 1, got {value!r}"
+    return None
+
+
+def max_attempts_problem(value: Any, where: str = "DEADLETTER_MAX_ATTEMPTS") -> str | None:
+    """What is wrong with an attempts limit (E005 for the setting), or None."""
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+        return f"{where} must be None or an int of at least 1, got {value!r}"
+    return None
+
+
+def policy_problems(name: str, value: Any) -> list[PolicyProblem]:
+    """Everything wrong with queue `name`'s value in `DEADLETTER_HANDLERS` apart from
+    its handler's import (which `handlers.handler_problems` reports)."""
+    if not isinstance(value, Mapping):
+        return []
+    where = f"DEADLETTER_HANDLERS[{name!r}]"
+    problems = [
+        PolicyProblem(
+            name, "keys", f"{where} has unknown key {key!r}; known: " + ", ".join(POLICY_KEYS)
+        )
+        for key in value
+        if key not in POLICY_KEYS
+    ]
+    if "handler" not in value:
+        problems.append(PolicyProblem(name, "keys", f"{where} needs a 'handler' dotted path"))
+    for key, problem in (
+        (
+            "max_attempts",
+            max_attempts_problem(value.get("max_attempts"), f"{where}['max_attempts']"),
+        ),
+        ("backoff", backoff_problem(value.get("backoff"), f"{where}['backoff']")),
+        ("breaker", breaker_problem(value.get("breaker"), f"{where}['breaker']")),
+    ):
+        if problem is not None:
+            problems.append(PolicyProblem(name, key, problem))
+    return problems
+
+
+def policy_of(name: str, value: Any) -> Policy:
+    """Queue `name`'s policy from its `DEADLETTER_HANDLERS` value (checked before)
+    and the global defaults."""
+    spec: Mapping[str, Any] = value if isinstance(value, Mapping) else {"handler": value}
+    backoff = spec.get("backoff", conf.BACKOFF)
+    return Policy(
+        path=spec["handler"],
+        max_attempts=spec.get("max_attempts", conf.MAX_ATTEMPTS),
+        backoff=None if backoff is None else (float(backoff[0]), float(backoff[1])),
+        breaker=spec.get("breaker", conf.BREAKER),
+    )
+
+
+def _seconds(value: Any) -> bool:
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value >= 0
+    )
