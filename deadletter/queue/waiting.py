@@ -187,8 +187,10 @@ def _retry_sql(connection: Any, cursor: RetryCursor | None, limit: int) -> str:
     past = " AND (due_at > %s OR (due_at = %s AND {key} > %s))" if cursor is not None else ""
     return sql.statement(
         connection,
-        "SELECT {key}, value, due_at FROM {table}{by_due} WHERE due_at IS NOT NULL AND due_at <= %s "
-        "AND {key} >= %s AND {key} <= %s" + past + " ORDER BY due_at, {key} LIMIT {n}",
+        "SELECT {key}, value, due_at FROM {table}{by_due} "
+        "WHERE due_at IS NOT NULL AND due_at <= %s AND {key} >= %s AND {key} <= %s"
+        + past
+        + " ORDER BY due_at, {key} LIMIT {n}",
         n=int(limit),
     )
 
