@@ -370,6 +370,31 @@ def test_drain_hands_messages_to_the_handler_and_answers_the_report(api) -> None
     assert parked("drained") == ["m2"]
 
 
+def test_drain_leaves_a_waiting_message_unless_asked_to_ignore_the_backoff(api, settings) -> None:
+    from deadletter.drain import Drainer
+
+    settings.DEADLETTER_HANDLERS = {
+        "drained": {"handler": "tests.factories.failing_handler", "backoff": [600, 600]}
+    }
+    park("m", queue="drained")
+    Drainer().run()  # fails: due again in ten minutes
+    settings.DEADLETTER_HANDLERS = {
+        "drained": {"handler": "tests.api.test_api.deliver", "backoff": [600, 600]}
+    }
+    report = api.post(url("drained", "drain/")).json()
+    assert (report["delivered"], report["waiting"], report["paused"]) == (0, 1, [])
+    assert report["next_due"] is not None and delivered == []
+    report = api.post(url("drained", "drain/"), {"ignore_backoff": True}, format="json").json()
+    assert (report["delivered"], [m.subject for m in delivered]) == (1, ["m"])
+    assert parked("drained") == []
+
+
+@pytest.mark.parametrize("value", ["yes please", 3, None])
+def test_drain_ignore_backoff_is_a_boolean(api, value: Any) -> None:
+    response = api.post(url("drained", "drain/"), {"ignore_backoff": value}, format="json")
+    assert response.status_code == 400 and "ignore_backoff" in response.json()
+
+
 def test_drain_without_a_body_uses_the_default_limit(api) -> None:
     park("m", queue="drained")
     assert api.post(url("drained", "drain/")).json()["delivered"] == 1
