@@ -37,6 +37,8 @@ _DEFAULTS: dict[str, Any] = {
     "API_THROTTLE_RATES": DEFAULT_API_THROTTLE_RATES,
     "MAX_MESSAGE_BYTES": 2**20,
     "CAPTURE_TASKS": False,
+    "CELERY_EXCLUDE": (),
+    "CELERY_EXCEPTIONS": None,
 }
 _PREFIX = "DEADLETTER_"
 _cache: dict[str, Any] = {}
@@ -127,6 +129,17 @@ class Settings:
         """Warn (log and `message_expiring`) once per message this long before the
         age limit drops it; None: no warnings."""
         return _read("EXPIRY_WARNING")
+
+    @property
+    def CELERY_EXCLUDE(self) -> list[str] | tuple[str, ...]:
+        """Celery task names that are never parked when they fail for good."""
+        return _read("CELERY_EXCLUDE")
+
+    @property
+    def CELERY_EXCEPTIONS(self) -> list[str] | tuple[str, ...] | None:
+        """Dotted paths of exception classes: a failed Celery task is parked only
+        when its exception is one of them; None parks every failure."""
+        return _read("CELERY_EXCEPTIONS")
 
     @property
     def METRICS_TOKEN(self) -> str | None:

@@ -28,6 +28,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "deadletter",
+    "deadletter.contrib.celery",
     "project.demo",
 ]
 
@@ -123,7 +124,15 @@ DEADLETTER_HANDLERS = {
     "webhook-queue": "project.demo.handlers.post_to_local_endpoint",
     "telegram-queue": "project.demo.handlers.log_only",
     "discord-queue": "project.demo.handlers.log_only",
+    # Failed Celery tasks of the default queue (deadletter.contrib.celery): sent back
+    # to it by name; a worker (`celery -A project worker`) then runs them.
+    "celery.celery": "deadletter.contrib.celery.redrive",
 }
 
 # Where the demo webhook handler redelivers to: the demo site's own endpoint.
 DEMO_WEBHOOK_URL = os.environ.get("DEMO_WEBHOOK_URL", "http://127.0.0.1:8000/demo/webhook/")
+
+# Celery (project/celery.py reads these): a worker runs `celery -A project worker`;
+# the demo needs none, its failing task runs in-process.
+CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "amqp://guest:guest@127.0.0.1:5672//")
+CELERY_TASK_DEFAULT_QUEUE = "celery"

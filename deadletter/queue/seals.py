@@ -18,7 +18,7 @@ import cbor2
 from django.conf import settings
 from django.utils.crypto import constant_time_compare, salted_hmac
 
-from deadletter.exceptions import DeadletterError
+from deadletter.exceptions import DeadletterError, PermanentFailure
 
 __all__ = [
     "ReservedKey",
@@ -111,6 +111,14 @@ class Seal:
             f"{self.purpose} parked it, or sealed under a SECRET_KEY no longer in "
             "SECRET_KEY or SECRET_KEY_FALLBACKS"
         )
+
+    def require(self, extra: Mapping[str, Any], refused: str) -> None:
+        """`check`, as a drain handler needs it: a broken seal is a `PermanentFailure`
+        (the message can never be acted on) saying `refused` and why."""
+        try:
+            self.check(extra)
+        except SealBroken as exc:
+            raise PermanentFailure(f"refused to redrive, {refused}: {exc}") from exc
 
     def _payload(self, extra: Mapping[str, Any]) -> bytes:
         return canonical({field: extra[field] for field in self.fields if field in extra})

@@ -21,6 +21,9 @@ def test_demo_seed_parks_messages_once() -> None:
         len(fetch_failed_msgs(q)) for q in ("webhook-queue", "telegram-queue", "discord-queue")
     )
     assert total == 5
+    (task,) = fetch_failed_msgs("celery.celery")  # the demo's failed Celery task, once
+    assert task.msg.subject == "project.demo.tasks.charge_card"
+    assert task.msg.extra["CeleryArgs"] == [1042, 2599]
 
 
 def test_demo_admin_prints_a_login_that_works() -> None:

@@ -23,7 +23,6 @@ from django.utils.module_loading import import_string
 from deadletter.conf import conf
 from deadletter.contrib.tasks import capture, framework, inflight
 from deadletter.exceptions import PermanentFailure
-from deadletter.queue import seals
 from deadletter.wire.messages import Message
 
 __all__ = ["TaskFailed", "TasksUnavailable", "redrive"]
@@ -59,10 +58,7 @@ def redrive(msg: Message) -> None:
 def _check_parked_here(msg: Message) -> None:
     """`PermanentFailure` unless the capture parked `msg` whole: its seal is
     valid and its arguments were not cut. Nothing the message names is imported."""
-    try:
-        capture.SEAL.check(msg.extra)
-    except seals.SealBroken as exc:
-        raise PermanentFailure(f"refused to redrive, nothing imported: {exc}") from exc
+    capture.SEAL.require(msg.extra, "nothing imported")
     cut = msg.extra.get(capture.TASK_ARGS_CUT)
     if cut is not None:
         record = cut if isinstance(cut, dict) else {}

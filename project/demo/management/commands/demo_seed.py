@@ -10,6 +10,7 @@ from django.core.management.base import BaseCommand
 from deadletter.queue import fetch_failed_msgs, store_failed_msgs
 from deadletter.wire.gotime import GoTime
 from deadletter.wire.messages import EventCode, Message
+from project.demo.tasks import charge_card
 
 DEMO = [
     ("webhook-queue", "ucenik1@skole.hr", "Ocjena: Matematika", EventCode.GRADE, ["Ocjena", "5"]),
@@ -43,5 +44,10 @@ class Command(BaseCommand):
                     code=code,
                 ),
             )
+            stored += 1
+        if not fetch_failed_msgs("celery.celery"):
+            # Run in-process as a worker would run it: it fails after its two
+            # retries and the capture parks it; no broker or worker is needed.
+            charge_card.apply(args=(1042, 2599), kwargs={"currency": "EUR"})
             stored += 1
         self.stdout.write(f"Parked {stored} demo message(s).")
