@@ -127,8 +127,16 @@ def shoot(base: str, user: str, password: str) -> None:
         page.screenshot(path=OUT / "admin-message.png")
         page.goto(f"{base}/admin/deadletter/queuedmessage/overview/")
         page.screenshot(path=OUT / "admin-overview.png")
+        page.get_by_role("link", name="celery.celery").first.click()
+        page.locator("#result_list tbody tr").first.locator("th a").click()
+        page.screenshot(path=OUT / "admin-celery-task.png", full_page=True)
         browser.close()
-    for name in ("admin-list.png", "admin-message.png", "admin-overview.png"):
+    for name in (
+        "admin-list.png",
+        "admin-message.png",
+        "admin-overview.png",
+        "admin-celery-task.png",
+    ):
         sys.stdout.write(f"{OUT / name}\n")
 
 
