@@ -145,7 +145,7 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
         from prometheus_client import CONTENT_TYPE_LATEST
     except ImportError:
         return HttpResponse(
-            "prometheus_client is not installed: pip install 'deadletter[prometheus]'\n",
+            "prometheus_client is not installed: pip install 'django-deadletter[prometheus]'\n",
             status=501,
         )
     try:

@@ -107,7 +107,7 @@ class Command(BaseCommand):
             except ImportError:
                 raise CommandError(
                     "--format prometheus needs prometheus_client: "
-                    "pip install 'deadletter[prometheus]'"
+                    "pip install 'django-deadletter[prometheus]'"
                 ) from None
         else:
             self.stdout.write(self._table(figures))
