@@ -571,6 +571,11 @@ def test_importing_then_exporting_back_leaves_the_go_programs_count_unchanged(
     assert (report.total.written, report.total.present) == (0, 1_003)
     assert report.folded == {"q": 1_000}
     assert all(not keys.is_legacy_key(k) for k, _, e in kv_rows(target) if e is None)
+    head = kvfile.format_report(report).splitlines()[0]
+    assert head == (
+        f"Exported 1000 messages to {target} (1000 of them split out of the file's own "
+        "legacy rows); 1 de-duplication rows left alone"
+    )
 
 
 def test_exporting_beside_a_go_aggregate_adds_only_the_messages_parked_here(

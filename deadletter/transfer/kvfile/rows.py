@@ -382,7 +382,10 @@ def format_report(report: Report) -> str:
         head = f"Would {verb} {total.written} messages {direction} {report.path} (dry run)"
         written = f"to {verb}"
     else:
-        head = f"{verb.capitalize()}ed {total.written} messages {direction} {report.path}"
+        folded = sum(report.folded.values())
+        head = f"{verb.capitalize()}ed {total.written + folded} messages {direction} {report.path}"
+        if folded:
+            head += f" ({folded} of them split out of the file's own legacy rows)"
         written = f"{verb}ed"
     if report.ignored:
         head += f"; {report.ignored} de-duplication rows left alone"
