@@ -32,6 +32,19 @@ def check_settings(
             )
         )
     errors.extend(_check_database())
+    codes = conf.raw("EVENT_CODES")
+    if not isinstance(codes, dict) or not all(
+        isinstance(k, int) and not isinstance(k, bool) and isinstance(v, str)
+        for k, v in codes.items()
+    ):
+        errors.append(
+            checks.Error(
+                f"DEADLETTER_EVENT_CODES must be a dict of int code to name, got {codes!r}.",
+                hint="For example {0: 'ORDER_PLACED', 1: 'ORDER_SHIPPED'}, or "
+                "deadletter.wire.messages.GO_EVENT_CODES for the Go program's names.",
+                id="deadletter.E016",
+            )
+        )
     errors.extend(
         _problem_error(
             throttle_rates_problem(conf.API_THROTTLE_RATES),

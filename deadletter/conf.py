@@ -37,6 +37,7 @@ _DEFAULTS: dict[str, Any] = {
     "API_THROTTLE_RATES": DEFAULT_API_THROTTLE_RATES,
     "MAX_MESSAGE_BYTES": 2**20,
     "CAPTURE_TASKS": False,
+    "EVENT_CODES": {},
     "CELERY_EXCLUDE": (),
     "CELERY_EXCEPTIONS": None,
 }
@@ -129,6 +130,13 @@ class Settings:
         """Warn (log and `message_expiring`) once per message this long before the
         age limit drops it; None: no warnings."""
         return _read("EXPIRY_WARNING")
+
+    @property
+    def EVENT_CODES(self) -> dict[int, str]:
+        """Event code -> the name the admin and the API show for it; a code not
+        named shows as its number (`deadletter.wire.messages.GO_EVENT_CODES` is the
+        Go program's own names, a preset to opt into)."""
+        return _read("EVENT_CODES")
 
     @property
     def CELERY_EXCLUDE(self) -> list[str] | tuple[str, ...]:

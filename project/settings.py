@@ -10,6 +10,8 @@ from pathlib import Path
 
 import dj_database_url
 
+from deadletter.wire.messages import GO_EVENT_CODES
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "deadletter-demo-not-secret")  # noqa: S105
@@ -128,6 +130,10 @@ DEADLETTER_HANDLERS = {
     # to it by name; a worker (`celery -A project worker`) then runs them.
     "celery.celery": "deadletter.contrib.celery.redrive",
 }
+
+# The demo's messages are the Go program's, so they show its names for the codes;
+# a project of its own names its codes, or sees numbers.
+DEADLETTER_EVENT_CODES = GO_EVENT_CODES
 
 # Where the demo webhook handler redelivers to: the demo site's own endpoint.
 DEMO_WEBHOOK_URL = os.environ.get("DEMO_WEBHOOK_URL", "http://127.0.0.1:8000/demo/webhook/")

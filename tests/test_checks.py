@@ -232,3 +232,9 @@ def test_manage_py_check_reports_the_sqlite_and_api_checks(tmp_path: Path) -> No
     assert result.returncode == 1, result.stderr
     for check_id in ("deadletter.W001", "deadletter.W002", "deadletter.E008"):
         assert check_id in result.stderr
+
+
+@pytest.mark.parametrize("codes", [[0, "A"], {"0": "A"}, {0: 1}, {True: "A"}])
+def test_e016_event_codes_are_a_dict_of_int_to_name(settings: Any, codes: Any) -> None:
+    settings.DEADLETTER_EVENT_CODES = codes
+    assert ids(check_settings()) == ["deadletter.E016"]

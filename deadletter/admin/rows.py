@@ -171,8 +171,9 @@ def last_error(msg: Message | None) -> str:
 
 
 def code_name(code: Any) -> SafeString:
-    """An event code's name, breakable after each underscore in a narrow column."""
-    name = str(getattr(code, "name", code))
+    """An event code's name as the project names it (its number when it does not),
+    breakable after each underscore in a narrow column."""
+    name = browse.code_name(code) or str(int(code) if isinstance(code, int) else code)
     return format_html_join(mark_safe("_<wbr>"), "{}", ((part,) for part in name.split("_")))
 
 
@@ -254,7 +255,7 @@ def message_rows(msg: Message) -> Iterable[tuple[str, Any]]:
     """(label, value) for every field of a message, known ones first."""
     yield "subject", msg.subject or EMPTY
     yield "recipient", msg.username or EMPTY
-    yield "code", getattr(msg.code, "name", str(msg.code))
+    yield "code", browse.code_name(msg.code) or str(msg.code)
     yield "first failure (queued at)", render_time(msg.queued_at)
     yield "timestamp", render_time(msg.timestamp)
     yield "attempts", attempts(msg)

@@ -22,7 +22,7 @@ from deadletter.api.fields import (
     format_unix_ns,
 )
 from deadletter.conf import conf
-from deadletter.queue import age, seals
+from deadletter.queue import age, browse, seals
 from deadletter.queue.browse import Row
 from deadletter.reports.summaries import QueueStatus
 from deadletter.wire import codec, keys
@@ -57,7 +57,8 @@ class KeySerializer(serializers.Serializer):
 
 
 class MessageSerializer(serializers.Serializer):
-    """One message, read and written; `code_name` is the name of a known event code."""
+    """One message, read and written; `code_name` is the name the project gives its
+    event code (`DEADLETTER_EVENT_CODES`), null when it gives none."""
 
     timestamp = TimeField(allow_null=True, required=False, default=None)
     queued_at = TimeField(
@@ -81,7 +82,7 @@ class MessageSerializer(serializers.Serializer):
 
     @extend_schema_field({"type": "string", "nullable": True, "readOnly": True})
     def get_code_name(self, msg: Message) -> str | None:
-        return getattr(msg.code, "name", None)
+        return browse.code_name(msg.code)
 
     def validate_extra(self, value: dict[str, Any]) -> dict[str, Any]:
         """An integration's keys (a parked task's) come from that integration

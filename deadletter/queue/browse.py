@@ -61,6 +61,16 @@ def get_row(key: bytes) -> Row | None:
     return _row(bytes(found[0]), found[1]) if found else None
 
 
+def code_name(code: object) -> str | None:
+    """The name the project gives an event code (`DEADLETTER_EVENT_CODES`); None
+    for a code it does not name, which the admin and the API show as its number."""
+    names = conf.EVENT_CODES
+    try:
+        return names.get(int(code)) if isinstance(names, dict) else None  # type: ignore[call-overload]
+    except (TypeError, ValueError):
+        return None
+
+
 def is_too_large(key: bytes, size: int) -> bool:
     """Whether a row is over `DEADLETTER_MAX_ROW_BYTES`: a message row (legacy
     aggregates are split a message at a time, whatever their size)."""

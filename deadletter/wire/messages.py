@@ -9,7 +9,7 @@ from typing import Any
 
 from deadletter.wire.gotime import GoOnlyTime, GoTime
 
-__all__ = ["EventCode", "Message"]
+__all__ = ["GO_EVENT_CODES", "EventCode", "Message"]
 
 
 class EventCode(enum.IntEnum):
@@ -18,6 +18,11 @@ class EventCode(enum.IntEnum):
     READING = 2
     FINAL_GRADE = 3
     NATIONAL_EXAM = 4
+
+
+# The Go program's names of its codes, for `DEADLETTER_EVENT_CODES`: a project
+# whose messages come from that program opts into them; any other sees numbers.
+GO_EVENT_CODES: dict[int, str] = {int(code): code.name for code in EventCode}
 
 
 def _as_gotime(value: datetime | GoOnlyTime | None) -> GoTime | GoOnlyTime | None:

@@ -756,3 +756,19 @@ def test_a_waiting_message_shows_when_it_is_due_and_the_overview_a_paused_queue(
     overview = open_page(admin_client, app.link("Queue overview"))
     assert "waiting" in overview.headers
     assert 'class="dl-paused"' in overview.text
+
+
+def test_an_event_code_shows_as_its_number_unless_the_project_names_it(
+    admin_client, settings
+) -> None:
+    store_failed_msgs("q", Message(subject="coded", code=3))
+    settings.DEADLETTER_EVENT_CODES = {}
+    listed = open_page(admin_client, CHANGELIST)
+    assert "FINAL" not in listed.text and '<td class="field-code">3</td>' in listed.text
+    row = [href for _, href in listed.links if "/change/" in href][0]
+    page = open_page(admin_client, urljoin(listed.url, row))
+    assert "FINAL_GRADE" not in page.text
+    settings.DEADLETTER_EVENT_CODES = {3: "ORDER_SHIPPED"}
+    listed = open_page(admin_client, CHANGELIST)
+    assert "ORDER_<wbr>SHIPPED" in listed.text
+    assert "ORDER_SHIPPED" in open_page(admin_client, urljoin(listed.url, row)).text

@@ -234,6 +234,19 @@ def test_park_answers_201_with_the_key_and_its_location(api) -> None:
     assert shown["code_name"] == "FINAL_GRADE"
 
 
+@pytest.mark.parametrize(
+    ("codes", "shown"),
+    [({}, None), ({3: "ORDER_SHIPPED"}, "ORDER_SHIPPED"), ({0: "OTHER"}, None)],
+)
+def test_code_name_is_the_projects_name_for_the_code_or_null(
+    api, settings, codes: dict[int, str], shown: str | None
+) -> None:
+    settings.DEADLETTER_EVENT_CODES = codes
+    response = api.post(url("q"), {"code": 3}, format="json")
+    message = api.get(response["Location"]).json()["messages"][0]
+    assert (message["code"], message["code_name"]) == (3, shown)
+
+
 def test_park_stamps_the_first_failure_when_none_is_given(api) -> None:
     with time_machine.travel(NOW, tick=False):
         assert api.post(url("q"), {}, format="json").status_code == 201
