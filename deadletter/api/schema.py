@@ -7,8 +7,11 @@ from __future__ import annotations
 from typing import Any
 
 from django.apps import apps
+from django.conf import settings
+from django.contrib.auth.views import redirect_to_login
 from django.http import HttpResponseNotFound
 from django.templatetags.static import static
+from django.urls import NoReverseMatch, reverse
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.generators import SchemaGenerator
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
@@ -68,6 +71,18 @@ class DocsView(DeadletterView, SpectacularSwaggerView):
     def get_renderers(self) -> Any:
         return [renderer() for renderer in SpectacularSwaggerView.renderer_classes]
 
+    def permission_denied(self, request: Request, message: Any = None, code: Any = None) -> None:
+        """A browser that is not logged in goes to the login page and comes back
+        here after it; an API client gets the 401 and its token challenge."""
+        if request.user.is_authenticated or "text/html" not in request.headers.get("Accept", ""):
+            super().permission_denied(request, message=message, code=code)
+        raise _ToLogin(request.get_full_path())
+
+    def handle_exception(self, exc: Exception) -> Any:
+        if isinstance(exc, _ToLogin):
+            return redirect_to_login(exc.next, _login_url())
+        return super().handle_exception(exc)
+
     def get(self, request: Request, *args: Any, **kwargs: Any) -> Any:
         missing = [
             app
@@ -99,3 +114,19 @@ class DocsView(DeadletterView, SpectacularSwaggerView):
     @staticmethod
     def _swagger_ui_favicon() -> str:
         return static("drf_spectacular_sidecar/swagger-ui-dist/favicon-32x32.png")
+
+
+class _ToLogin(Exception):
+    """The docs page's way from `permission_denied` to a redirect to the login page."""
+
+    def __init__(self, next_url: str) -> None:
+        super().__init__(next_url)
+        self.next = next_url
+
+
+def _login_url() -> str:
+    """The admin's login page where the admin is mounted, else `LOGIN_URL`."""
+    try:
+        return reverse("admin:login")
+    except NoReverseMatch:
+        return str(settings.LOGIN_URL)

@@ -100,3 +100,20 @@ def test_without_rest_framework_installed_a_browser_gets_json_not_a_500(api) -> 
         bad = api.get(f"{API}/messages/zz/", HTTP_ACCEPT="text/html,*/*;q=0.8")
         assert bad.status_code == 400
         assert bad["Content-Type"] == "application/json"
+
+
+def test_a_browser_not_logged_in_is_sent_to_log_in_and_back_to_the_docs(
+    client, admin_user
+) -> None:
+    docs = f"{API}/schema/docs/"
+    response = client.get(docs, headers={"Accept": "text/html,application/xhtml+xml"})
+    assert response.status_code == 302
+    login = response["Location"]
+    assert login.startswith("/admin/login/") and "next=" in login
+    page = client.get(login)
+    assert page.status_code == 200
+    (back,) = re.findall(r'name="next" value="([^"]+)"', page.content.decode())
+    logged_in = client.post(
+        login, {"username": "admin", "password": "password", "next": back}, follow=True
+    )
+    assert logged_in.wsgi_request.path == docs and logged_in.status_code == 200
