@@ -102,9 +102,7 @@ def test_without_rest_framework_installed_a_browser_gets_json_not_a_500(api) -> 
         assert bad["Content-Type"] == "application/json"
 
 
-def test_a_browser_not_logged_in_is_sent_to_log_in_and_back_to_the_docs(
-    client, admin_user
-) -> None:
+def test_a_browser_not_logged_in_is_sent_to_log_in_and_back_to_the_docs(client, admin_user) -> None:
     docs = f"{API}/schema/docs/"
     response = client.get(docs, headers={"Accept": "text/html,application/xhtml+xml"})
     assert response.status_code == 302
