@@ -18,6 +18,7 @@ from typing import Any
 
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
+from django.contrib.admin.templatetags.admin_urls import add_preserved_filters
 from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import QuerySet
@@ -33,7 +34,8 @@ from deadletter import drain
 from deadletter.admin import bulk, overview, rows
 from deadletter.admin.changelist import CauseFilter, KeysetChangeList, QueueFilter
 from deadletter.conf import conf
-from deadletter.models import QueuedMessage
+from deadletter.models import HexKey, QueuedMessage
+from deadletter.queue import browse
 from deadletter.wire import gotime, keys
 
 KEY_LOOKUPS = frozenset({"key", "key__exact", "key__gt", "key__gte", "key__lt", "key__lte"})
@@ -155,7 +157,9 @@ class QueuedMessageAdmin(admin.ModelAdmin):
             )
         try:
             deadline = time.monotonic() + conf.ADMIN_TIME_BUDGET
-            report = drain.redeliver([obj.key_bytes], deadline=deadline)
+            report = drain.redeliver(
+                [obj.key_bytes], deadline=deadline, on_outcome=self._logger_of_retries(request)
+            )
         except (drain.DrainConfigError, drain.DrainLocked) as exc:
             self.message_user(request, str(exc), messages.ERROR)
         else:
@@ -172,7 +176,7 @@ class QueuedMessageAdmin(admin.ModelAdmin):
         once; a drain running on the same SQLite queue makes this refuse), a
         chunk at a time until the admin's time budget is spent."""
         try:
-            progress = bulk.retry(queryset)
+            progress = bulk.retry(queryset, self._logger_of_retries(request))
         except (drain.DrainConfigError, drain.DrainLocked) as exc:
             self.message_user(request, str(exc), messages.ERROR)
             return
@@ -223,8 +227,33 @@ class QueuedMessageAdmin(admin.ModelAdmin):
             request, "admin/deadletter/queuedmessage/delete_selected_confirmation.html", context
         )
 
+    def _logger_of_retries(self, request: HttpRequest) -> Any:
+        """Each retried row's outcome as a `LogEntry` on it, in its History and the
+        admin's Recent actions ("Retried: delivered", "Retried: failed: …")."""
+
+        def log(key: bytes, outcome: drain.Outcome) -> None:
+            text = f"Retried: {RETRY_OUTCOMES.get(outcome, str(outcome))}"
+            if outcome is drain.Outcome.FAILED:
+                error = rows.last_error(_current(key))
+                text += f": {error[: rows.ERROR_SHOWN]}" if error else ""
+            self.log_change(request, QueuedMessage(key=HexKey(key)), text)
+
+        return log
+
     def _log_deleted(self, request: HttpRequest, chunk: list[bytes]) -> None:
         self.log_deletions(request, self.get_queryset(request).filter(key__in=chunk))
+
+    def response_delete(self, request: HttpRequest, obj_display: str, obj_id: Any) -> Any:
+        """Back to the list the operator came from, its filters kept (Django sends
+        a user without the change permission, which no one has here, to the index)."""
+        response = super().response_delete(request, obj_display, obj_id)
+        if not self.has_view_permission(request):
+            return response
+        url = reverse("admin:deadletter_queuedmessage_changelist")
+        url = add_preserved_filters(
+            {"preserved_filters": self.get_preserved_filters(request), "opts": self.opts}, url
+        )
+        return HttpResponseRedirect(url)
 
     def delete_model(self, request: HttpRequest, obj: QueuedMessage) -> None:
         from deadletter import queue
@@ -323,6 +352,23 @@ class QueuedMessageAdmin(admin.ModelAdmin):
     @admin.display(description="messages")
     def decoded(self, obj: QueuedMessage) -> SafeString:
         return rows.messages_html(obj)
+
+
+RETRY_OUTCOMES = {
+    drain.Outcome.DELIVERED: "delivered",
+    drain.Outcome.REQUEUED: "partly delivered, the rest parked again",
+    drain.Outcome.FAILED: "failed",
+    drain.Outcome.PERMANENT: "dropped (permanent failure)",
+    drain.Outcome.MAX_ATTEMPTS: "dropped (max attempts)",
+    drain.Outcome.EXPIRED: "dropped (expired)",
+    drain.Outcome.CORRUPT: "dropped (corrupt)",
+}
+
+
+def _current(key: bytes) -> Any:
+    """The first message of row `key` as it is now (after a failed retry), or None."""
+    row = browse.get_row(key)
+    return row.messages[0] if row is not None and row.messages else None
 
 
 def retried_text(report: drain.DrainReport) -> str:

@@ -92,15 +92,19 @@ def delete(queryset: QuerySet[QueuedMessage], log: Callable[[list[bytes]], None]
     return run_bounded(queryset, work)
 
 
-def retry(queryset: QuerySet[QueuedMessage]) -> Progress:
-    """Hand the selected rows to their handlers (`drain.redeliver`) chunk by chunk.
+def retry(
+    queryset: QuerySet[QueuedMessage],
+    on_outcome: Callable[[bytes, drain.Outcome], None] | None = None,
+) -> Progress:
+    """Hand the selected rows to their handlers (`drain.redeliver`) chunk by chunk;
+    `on_outcome` hears of each row handed over.
 
     Raises `drain.DrainConfigError` / `drain.DrainLocked` from the first chunk.
     """
     total: list[drain.DrainReport] = []
 
     def work(chunk: list[bytes], deadline: float) -> tuple[int, int]:
-        report = drain.redeliver(chunk, deadline=deadline)
+        report = drain.redeliver(chunk, deadline=deadline, on_outcome=on_outcome)
         total.append(report)
         return report.handled, report.unreached
 

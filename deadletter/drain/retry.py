@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from deadletter import queue
 from deadletter.drain.handlers import load_handlers
@@ -21,7 +21,11 @@ logger = logging.getLogger("deadletter")
 
 
 def redeliver(
-    row_keys: Iterable[bytes], *, wait: bool = False, deadline: float | None = None
+    row_keys: Iterable[bytes],
+    *,
+    wait: bool = False,
+    deadline: float | None = None,
+    on_outcome: Callable[[bytes, Outcome], None] | None = None,
 ) -> DrainReport:
     """Hand the rows `row_keys` to their queues' handlers now, oldest first, with
     a drain's outcome rules: "retry these" for the admin and the API.
@@ -35,7 +39,8 @@ def redeliver(
     With `deadline` (a `time.monotonic()` instant: a web request's budget) no
     row is handed over after it and a handler still running then is given up
     on, its row settled as a failed attempt; `report.unreached` counts the
-    rows it did not get to, and `report.stopped_by` says why.
+    rows it did not get to, and `report.stopped_by` says why. `on_outcome` hears
+    of each row handed over, with its outcome (the admin logs it).
     """
     selected = sorted({bytes(k) for k in row_keys})
     names = list(dict.fromkeys(keys.queue_of(k) for k in selected))
@@ -81,6 +86,8 @@ def redeliver(
                 report.stopped_by, report.unreached = "hung handlers", len(selected) - index
                 break
             report.add(outcome)
+            if on_outcome is not None:
+                on_outcome(key, outcome)
     report.elapsed = time.monotonic() - started
     logger.info(
         "redelivered rows=%s delivered=%s requeued=%s failed=%s dropped=%s unreached=%s",

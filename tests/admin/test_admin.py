@@ -772,3 +772,45 @@ def test_an_event_code_shows_as_its_number_unless_the_project_names_it(
     listed = open_page(admin_client, CHANGELIST)
     assert "ORDER_<wbr>SHIPPED" in listed.text
     assert "ORDER_SHIPPED" in open_page(admin_client, urljoin(listed.url, row)).text
+
+
+# --- what operators did, in History and Recent actions ------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_retry_from_the_message_page_is_in_its_history_with_its_outcome(
+    admin_client, settings
+) -> None:
+    settings.DEADLETTER_HANDLERS = {"q": "tests.factories.failing_handler"}
+    key = store_failed_msgs("q", Message(subject="still failing"))
+    page = open_page(admin_client, message_link(open_page(admin_client, CHANGELIST), key))
+    action = page.text.split('formaction="')[1].split('"')[0]
+    back = page.submit(admin_client, {**page.forms[0], "action": action})
+    history = open_page(admin_client, back.link("History"))
+    assert "Retried: failed: ConnectionError: timeout after 30 s" in history.text
+    assert key.hex() in open_page(admin_client, "/admin/").text  # in Recent actions
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_retry_action_logs_each_row_with_its_outcome(admin_client, settings) -> None:
+    settings.DEADLETTER_HANDLERS = {"q": "tests.factories.ok_handler"}
+    first = store_failed_msgs("q", Message(subject="one"))
+    second = store_failed_msgs("q", Message(subject="two"))
+    retry(admin_client, first, second)
+    logged = LogEntry.objects.order_by("pk")
+    assert [(e.object_id, e.get_change_message()) for e in logged] == [
+        (first.hex(), "Retried: delivered"),
+        (second.hex(), "Retried: delivered"),
+    ]
+    assert first.hex() in open_page(admin_client, "/admin/").text  # Recent actions
+
+
+def test_deleting_from_a_message_page_returns_to_the_filtered_list(admin_client) -> None:
+    key = store_failed_msgs("telegram-queue", Message(subject="to delete"))
+    store_failed_msgs("sms-queue", Message(subject="other"))
+    listing = open_page(admin_client, CHANGELIST, queue="telegram-queue")
+    page = open_page(admin_client, message_link(listing, key))
+    confirm = open_page(admin_client, page.link("Delete"))
+    done = confirm.submit(admin_client, confirm.form_with("post"))
+    assert done.url.startswith(CHANGELIST) and "queue=telegram-queue" in done.url
+    assert "to delete" not in done.text and "was deleted successfully" in done.text
