@@ -135,6 +135,9 @@ DEADLETTER_HANDLERS = {
 # a project of its own names its codes, or sees numbers.
 DEADLETTER_EVENT_CODES = GO_EVENT_CODES
 
+# The Prometheus endpoint (/deadletter/metrics) answers the demo with this token.
+DEADLETTER_METRICS_TOKEN = os.environ.get("DEADLETTER_METRICS_TOKEN", "demo-metrics-token")
+
 # Where the demo webhook handler redelivers to: the demo site's own endpoint.
 DEMO_WEBHOOK_URL = os.environ.get("DEMO_WEBHOOK_URL", "http://127.0.0.1:8000/demo/webhook/")
 

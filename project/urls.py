@@ -11,5 +11,6 @@ urlpatterns = [
         "deadletter/api/",
         include(("deadletter.api.urls", "deadletter-api"), namespace="deadletter-api-old"),
     ),
+    path("deadletter/", include("deadletter.urls")),  # the Prometheus endpoint
     path("demo/webhook/", demo_views.webhook, name="demo-webhook"),
 ]
