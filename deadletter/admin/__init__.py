@@ -265,9 +265,12 @@ class QueuedMessageAdmin(admin.ModelAdmin):
 
     # -- columns
 
-    @admin.display(description="parked ↑ (oldest first)")
+    @admin.display(description="parked (by queue, oldest first)")
     def parked(self, obj: QueuedMessage) -> Any:
-        return obj.enqueued_at or "legacy row"
+        """When the row was parked, to the second, so neighbours tell apart; the list
+        is in key order, queue by queue, and the header says so."""
+        when = obj.enqueued_at
+        return rows.render_time_seconds(when) if when is not None else "legacy row"
 
     @admin.display(description="queue")
     def queue_name(self, obj: QueuedMessage) -> str:

@@ -239,8 +239,9 @@ def test_changelist_lists_messages_in_parked_order_with_their_columns(admin_clie
     store_failed_msgs("q", Message(subject="second"))
     page = open_page(admin_client, CHANGELIST)
     assert page.text.index("first") < page.text.index("second")
+    assert re.search(r"\d{1,2}:\d{2}:\d{2}\xa0[ap]\.m\.|\d{1,2}:\d{2}:\d{2} [ap]\.m\.", page.text)
     for title in (
-        "Parked ↑ (oldest first)",
+        "Parked (by queue, oldest first)",
         "Queue",
         "Subject",
         "Recipient",
