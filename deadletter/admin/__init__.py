@@ -36,7 +36,7 @@ from deadletter.admin.changelist import CauseFilter, KeysetChangeList, QueueFilt
 from deadletter.conf import conf
 from deadletter.models import HexKey, QueuedMessage
 from deadletter.queue import browse
-from deadletter.wire import gotime, keys
+from deadletter.wire import gotime
 
 KEY_LOOKUPS = frozenset({"key", "key__exact", "key__gt", "key__gte", "key__lt", "key__lte"})
 
@@ -66,7 +66,7 @@ class QueuedMessageAdmin(admin.ModelAdmin):
     show_full_result_count = False
     # Facet counts would count every filter choice over the whole table.
     show_facets = admin.ShowFacets.NEVER
-    fields = ("key_text", "key_parts", "stored", "next_due", "decoded")
+    fields = ("key_parts", "stored", "next_due", "decoded")
     readonly_fields = fields
     actions = ["retry_now", "delete_selected"]
 
@@ -339,10 +339,6 @@ class QueuedMessageAdmin(admin.ModelAdmin):
         return rows.now()
 
     # -- the message page
-
-    @admin.display(description="key (hex)")
-    def key_text(self, obj: QueuedMessage) -> SafeString:
-        return format_html("<code>{}</code>", keys.to_text(obj.key_bytes))
 
     @admin.display(description="key")
     def key_parts(self, obj: QueuedMessage) -> SafeString:

@@ -110,7 +110,7 @@ def render_time(value: Any) -> Any:
     return value.format() if isinstance(value, GoTime | GoOnlyTime) else str(value)
 
 
-def render_time_seconds(value: datetime) -> str:
+def render_time_seconds(value: Any) -> str:
     """A time in the user's zone to the second ("Dec. 1, 2026, 3:48:12 p.m."), for a
     link that must tell two rows a minute apart from each other."""
     when = as_datetime(value)
@@ -214,9 +214,12 @@ def now() -> datetime:
 
 
 def key_parts(key: bytes) -> SafeString:
-    """The key as the operator needs it: queue, time and seq, or what it is instead."""
+    """The key once, as the operator needs it: its hex (what URLs and the API use),
+    and what it says: queue, when it was parked and its sequence number, or what
+    it is instead."""
+    text = format_html('<code class="dl-key">{}</code><br>', keys.to_text(key))
     if keys.is_legacy_key(key):
-        return format_html(
+        return text + format_html(
             "queue <b>{}</b>: a legacy aggregate row (an older release's whole queue); "
             "the next fetch splits it into one row per message",
             keys.queue_of(key),
@@ -224,16 +227,15 @@ def key_parts(key: bytes) -> SafeString:
     try:
         parsed = keys.parse_key(key)
     except ValueError:
-        return format_html(
+        return text + format_html(
             "not a key this app writes (queue part <b>{}</b>, {} bytes)",
             keys.queue_of(key),
             len(key),
         )
-    return format_html(
-        "queue <b>{}</b>, parked {} ({} ns), seq {}",
+    return text + format_html(
+        "queue <b>{}</b>, parked {}, sequence number {}",
         parsed.queue,
-        render_time(GoTime.from_unix_ns(parsed.time_ns)),
-        parsed.time_ns,
+        render_time_seconds(GoTime.from_unix_ns(parsed.time_ns)),
         parsed.seq,
     )
 

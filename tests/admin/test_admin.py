@@ -815,3 +815,13 @@ def test_deleting_from_a_message_page_returns_to_the_filtered_list(admin_client)
     done = confirm.submit(admin_client, confirm.form_with("post"))
     assert done.url.startswith(CHANGELIST) and "queue=telegram-queue" in done.url
     assert "to delete" not in done.text and "was deleted successfully" in done.text
+
+
+def test_the_message_page_shows_the_key_once_with_its_time_and_sequence(admin_client) -> None:
+    key = store_failed_msgs("q", Message(subject="keyed"))
+    page = open_page(admin_client, message_link(open_page(admin_client, CHANGELIST), key))
+    field = page.text.split('class="dl-key"')[1]
+    assert field.startswith(f">{key.hex()}</code>")
+    assert "sequence number" in field and " ns)" not in page.text
+    assert page.text.count(f"<code>{key.hex()}</code>") == 0  # no second "key (hex)" field
+    assert page.text.index('value="Retry now"') < page.text.index("Messages:")

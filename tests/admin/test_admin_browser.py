@@ -223,3 +223,51 @@ def test_the_changelist_fits_1280_px_with_the_sidebar_open(operator: Page) -> No
     assert results[0] <= results[1], f"the list scrolls: {results}"  # "last error" in view
     box = page.locator("#result_list thead th").last.bounding_box()
     assert box is not None and box["x"] + box["width"] <= 1280
+
+
+def park_wide_rows() -> None:
+    """Messages with long queue names, subjects, causes and drops: what makes pages wide."""
+    from deadletter.store import counters, sql
+
+    long_error = "HTTPError: 503 Service Unavailable for https://hooks.example.org/" + "x" * 300
+    for i in range(9):
+        name = f"a-rather-long-queue-name-{i % 3}"
+        key = store_failed_msgs(
+            name,
+            Message(
+                subject="Pisana provjera iz fizike, kemije i biologije " * 3,
+                username=f"ucenik.s.dugim.imenom.{i}@osnovna-skola-primjer.skole.hr",
+                fields=["https://hooks.example.org/" + "y" * 400],
+                extra={"Attempts": 12, "LastError": f"{long_error} {i}"},
+            ),
+        )
+        QueuedMessage.objects.filter(key=key).update(signature=f"{long_error[:150]} {i % 2}")
+        for reason in counters.DROP_REASONS:
+            counters.record_drop(sql.connection(), name, reason, 1234)
+
+
+@pytest.mark.parametrize("width", [1280, 1920])
+def test_the_overview_and_a_message_page_fit_with_the_sidebar_open(
+    browser: Browser, live_server: Any, admin_user: Any, width: int
+) -> None:
+    park_wide_rows()
+    context = browser.new_context(
+        viewport={"width": width, "height": 800}, base_url=live_server.url
+    )
+    page = context.new_page()
+    log_in(page, "admin", "password")
+    page.evaluate("localStorage.setItem('django.admin.navSidebarIsOpen', 'true')")
+    open_changelist(page)
+    page.get_by_role("link", name="Queue overview").first.click()
+    expect(page.locator("#nav-sidebar")).to_be_visible()
+    overview = page.evaluate("document.documentElement.scrollWidth")
+    assert overview <= width, f"the overview is {overview} px wide at {width}"
+    last = page.locator("table thead th").last.bounding_box()
+    assert last is not None and last["x"] + last["width"] <= width  # "failures by cause"
+    open_changelist(page)
+    page.locator("#result_list tbody tr").first.locator("th a").click()
+    message = page.evaluate("document.documentElement.scrollWidth")
+    assert message <= width, f"the message page is {message} px wide at {width}"
+    retry = page.get_by_role("button", name="Retry now").bounding_box()
+    assert retry is not None and retry["y"] + retry["height"] <= 800, "Retry is below the fold"
+    context.close()
