@@ -108,8 +108,6 @@ def _check_database() -> list[checks.CheckMessage]:
                 id="deadletter.E007",
             )
         ]
-    if vendor == "sqlite":
-        return _check_sqlite(alias, connections.settings)
     return []
 
 
@@ -279,8 +277,9 @@ def check_database_server(
     databases: Sequence[str] | None = None,
     **kwargs: Any,
 ) -> list[checks.CheckMessage]:
-    """The queue server itself (run by `migrate` and `check --database`, as Django's
-    own database checks are): drain workers on a shared server claim rows with
+    """The queue database itself (run by `migrate` and `check --database`, as
+    Django's own database checks are, not by every command): a SQLite file in WAL
+    and of its own (W001, W002); drain workers on a shared server claim rows with
     `FOR UPDATE SKIP LOCKED`, which MariaDB has from 10.6 and MySQL from 8.0.1; and
     on MySQL/MariaDB a row as large as `DEADLETTER_MAX_ROW_BYTES` must fit in one
     packet."""
@@ -291,7 +290,7 @@ def check_database_server(
         return []
     connection = connections[alias]
     if connection.vendor == "sqlite":
-        return []
+        return _check_sqlite(alias, connections.settings)
     found: list[checks.CheckMessage] = []
     if connection.vendor == "mysql":
         found += _check_packet(alias, sql.max_packet(connection))

@@ -162,9 +162,17 @@ def sqlite_aliases(settings: Any, tmp_path: Path) -> Any:
 WAL = {"init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"}
 
 
+def on_database(alias: str) -> list[Any]:
+    """The checks `migrate` and `check --database` run on the queue's alias."""
+    from deadletter.checks import check_database_server
+
+    return check_database_server(databases=[alias])
+
+
 def test_w001_a_sqlite_queue_database_without_wal(settings: Any, sqlite_aliases: Any) -> None:
     settings.DEADLETTER_DATABASE = sqlite_aliases("stock", "stock.sqlite3", {})
-    (warning,) = check_settings()
+    assert check_settings() == []  # not on every command
+    (warning,) = on_database("stock")
     assert warning.id == "deadletter.W001"
     assert "'stock'" in warning.msg
     assert "PRAGMA journal_mode=WAL" in str(warning.hint)
@@ -173,7 +181,7 @@ def test_w001_a_sqlite_queue_database_without_wal(settings: Any, sqlite_aliases:
 
 def test_w001_is_quiet_when_init_command_sets_wal(settings: Any, sqlite_aliases: Any) -> None:
     settings.DEADLETTER_DATABASE = sqlite_aliases("walled", "walled.sqlite3", WAL)
-    assert check_settings() == []
+    assert on_database("walled") == []
 
 
 def test_w002_the_queue_alias_sharing_a_sqlite_file_with_another(
@@ -181,7 +189,7 @@ def test_w002_the_queue_alias_sharing_a_sqlite_file_with_another(
 ) -> None:
     sqlite_aliases("app", "shared.sqlite3", WAL)
     settings.DEADLETTER_DATABASE = sqlite_aliases("queue", "shared.sqlite3", WAL)
-    (warning,) = check_settings()
+    (warning,) = on_database("queue")
     assert warning.id == "deadletter.W002"
     assert "'app'" in warning.msg
     assert "DEADLETTER_DATABASE = 'app'" in str(warning.hint)
@@ -214,7 +222,9 @@ def test_e008_is_quiet_when_the_api_is_not_mounted(settings: Any) -> None:
     assert check_api_mount() == []
 
 
-def test_manage_py_check_reports_the_sqlite_and_api_checks(tmp_path: Path) -> None:
+def test_manage_py_check_reports_the_sqlite_checks_with_database_and_the_api_always(
+    tmp_path: Path,
+) -> None:
     db = tmp_path / "stock.sqlite3"
     (tmp_path / "stock_settings.py").write_text(
         "from project.settings import *  # noqa: F403\n"
@@ -222,14 +232,13 @@ def test_manage_py_check_reports_the_sqlite_and_api_checks(tmp_path: Path) -> No
         "DATABASES = {'default': STOCK, 'other': dict(STOCK)}\n"
         "INSTALLED_APPS = [a for a in INSTALLED_APPS if a != 'rest_framework']  # noqa: F405\n"
     )
-    result = manage_py(
-        "check",
-        "--settings",
-        "stock_settings",
-        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{REPO}:{tmp_path}"},
-        timeout=60,
-    )
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{REPO}:{tmp_path}"}
+    result = manage_py("check", "--settings", "stock_settings", env=env, timeout=60)
     assert result.returncode == 1, result.stderr
+    assert "deadletter.E008" in result.stderr and "deadletter.W001" not in result.stderr
+    result = manage_py(
+        "check", "--database", "default", "--settings", "stock_settings", env=env, timeout=60
+    )
     for check_id in ("deadletter.W001", "deadletter.W002", "deadletter.E008"):
         assert check_id in result.stderr
 
