@@ -67,6 +67,7 @@ class QueuedMessageAdmin(admin.ModelAdmin):
     # Facet counts would count every filter choice over the whole table.
     show_facets = admin.ShowFacets.NEVER
     fields = ("key_parts", "stored", "next_due", "decoded")
+    save_on_top = True  # Delete above the fold too, beside Retry now
     readonly_fields = fields
     actions = ["retry_now", "delete_selected"]
 

@@ -81,8 +81,9 @@ class Page(HTMLParser):
         return self.response.content.decode()
 
     def link(self, text: str) -> str:
-        """The href of the one link whose text is `text`."""
-        found = [href for label, href in self.links if label == text]
+        """The href of the link whose text is `text` (one place it leads, however
+        often the page shows it: the message page has its buttons above and below)."""
+        found = sorted({href for label, href in self.links if label == text})
         assert len(found) == 1, f"{len(found)} links {text!r} on {self.url}: {self.links}"
         return urljoin(self.url, found[0])
 
