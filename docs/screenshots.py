@@ -5,8 +5,8 @@
 Builds a demo on a temporary SQLite file (migrate, `demo_seed`, a drain of the
 webhook queue against an address where nothing listens, so its messages show
 an attempt and a last error), serves it with `runserver`, and drives Debian's
-Chromium through Playwright: the changelist with the sidebar open, a message
-page and the queue overview, into docs/img/. Needs `pip install playwright`
+Chromium through Playwright, the sidebar open on every page: the changelist,
+a message page, the queue overview and a failed Celery task's page, into docs/img/. Needs `pip install playwright`
 and `apt-get install -y chromium` (never a browser download).
 """
 
@@ -121,12 +121,14 @@ def shoot(base: str, user: str, password: str) -> None:
         width = page.evaluate("document.documentElement.scrollWidth")
         if width > VIEWPORT["width"]:
             raise SystemExit(f"the changelist is {width} px wide at 1280 px")
-        page.evaluate("localStorage.setItem('django.admin.navSidebarIsOpen', 'false')")
         page.get_by_role("link", name="webhook-queue").first.click()
         page.locator("#result_list tbody tr").first.locator("th a").click()
         page.screenshot(path=OUT / "admin-message.png")
         page.goto(f"{base}/admin/deadletter/queuedmessage/overview/")
         page.screenshot(path=OUT / "admin-overview.png")
+        width = page.evaluate("document.documentElement.scrollWidth")
+        if width > VIEWPORT["width"]:
+            raise SystemExit(f"the overview is {width} px wide at 1280 px")
         page.get_by_role("link", name="celery.celery").first.click()
         page.locator("#result_list tbody tr").first.locator("th a").click()
         page.screenshot(path=OUT / "admin-celery-task.png", full_page=True)
