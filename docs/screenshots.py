@@ -6,8 +6,9 @@ Builds a demo on a temporary SQLite file (migrate, `demo_seed`, a drain of the
 webhook queue against an address where nothing listens, so its messages show
 an attempt and a last error), serves it with `runserver`, and drives Debian's
 Chromium through Playwright, the sidebar open on every page: the changelist,
-a message page, the queue overview and a failed Celery task's page, into docs/img/. Needs `pip install playwright`
-and `apt-get install -y chromium` (never a browser download).
+a message page, the queue overview and a failed Celery task's page, into
+docs/img/. Needs `pip install playwright` and `apt-get install -y chromium`
+(never a browser download).
 """
 
 from __future__ import annotations

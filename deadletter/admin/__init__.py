@@ -23,7 +23,6 @@ from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
-from django.shortcuts import redirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
@@ -165,9 +164,12 @@ class QueuedMessageAdmin(admin.ModelAdmin):
             self.message_user(request, str(exc), messages.ERROR)
         else:
             self.message_user(request, retried_text(report), retried_level(report))
+        context = {"preserved_filters": self.get_preserved_filters(request), "opts": self.opts}
         if self.get_queryset(request).filter(key=obj.key_bytes).exists():
-            return redirect("admin:deadletter_queuedmessage_change", obj.key_hex)
-        return redirect("admin:deadletter_queuedmessage_changelist")
+            url = reverse("admin:deadletter_queuedmessage_change", args=[obj.key_hex])
+        else:
+            url = reverse("admin:deadletter_queuedmessage_changelist")
+        return HttpResponseRedirect(add_preserved_filters(context, url))
 
     # -- actions
 

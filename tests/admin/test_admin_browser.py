@@ -116,6 +116,9 @@ def test_filter_open_retry_and_delete_a_message(operator: Page, settings: Any) -
     page = operator
     open_changelist(page)
     assert subjects_listed(page) == ["in discord", "Ocjena: Matematika", "Zaključna ocjena"]
+    expect(page.locator("#result_list thead")).to_contain_text("by queue, oldest first")
+    parked = page.locator("#result_list tbody th.field-parked").all_inner_texts()
+    assert all(re.search(r"\d:\d\d:\d\d", text) for text in parked), parked  # to the second
 
     page.locator("#changelist-filter").get_by_role("link", name="telegram-queue").click()
     expect(page).to_have_url(re.compile(r"queue=telegram-queue"))
@@ -133,10 +136,15 @@ def test_filter_open_retry_and_delete_a_message(operator: Page, settings: Any) -
         == "ConnectionError: timeout after # s talking to #"
     )
 
+    page.get_by_role("link", name="History").click()
+    expect(page.locator("#change-history")).to_contain_text("Retried: failed: ConnectionError")
+    page.go_back()
+
     delete = page.get_by_role("button", name="Delete")  # Django 6.1: role="button"
     delete.or_(page.get_by_role("link", name="Delete", exact=True)).first.click()  # 5.2: a link
     page.get_by_role("button", name=re.compile("Yes, I.m sure")).click()
     expect(page.locator("ul.messagelist")).to_contain_text("deleted successfully")
+    expect(page).to_have_url(re.compile(r"queue=telegram-queue"))  # back to the filtered list
     assert not QueuedMessage.objects.filter(key=key).exists()
     assert QueuedMessage.objects.count() == 2
 
