@@ -164,7 +164,10 @@ class QueuedMessageAdmin(admin.ModelAdmin):
             self.message_user(request, str(exc), messages.ERROR)
         else:
             self.message_user(request, retried_text(report), retried_level(report))
-        context = {"preserved_filters": self.get_preserved_filters(request), "opts": self.opts}
+        context: dict[str, Any] = {
+            "preserved_filters": self.get_preserved_filters(request),
+            "opts": self.opts,
+        }
         if self.get_queryset(request).filter(key=obj.key_bytes).exists():
             url = reverse("admin:deadletter_queuedmessage_change", args=[obj.key_hex])
         else:
