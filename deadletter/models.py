@@ -186,7 +186,14 @@ class QueuedMessage(models.Model):
         permissions = [("drain_queuedmessage", "Can hand queued messages back to their handler")]
 
     def __str__(self) -> str:
-        return f"{self.queue} {self.key_hex}"
+        """The queue and when the row was parked (UTC, to the microsecond, so two
+        rows tell apart): how the admin titles a message; its key is shown once, in hex."""
+        when = self.enqueued_at
+        if when is None:
+            return (
+                f"{self.queue} (legacy row)" if self.is_legacy else f"{self.queue} {self.key_hex}"
+            )
+        return f"{self.queue}, parked {when:%Y-%m-%d %H:%M:%S.%f} UTC"
 
     @property
     def key_bytes(self) -> bytes:
