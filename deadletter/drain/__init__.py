@@ -33,6 +33,7 @@ from deadletter.drain.outcomes import (
     DrainReport,
     Outcome,
     deliver,
+    last_error,
 )
 from deadletter.drain.policy import Policy, handler_path
 from deadletter.drain.retry import redeliver
@@ -77,6 +78,7 @@ __all__ = [
     "handler_path",
     "handler_problems",
     "hung_handlers",
+    "last_error",
     "load_handlers",
     "outside_request_transactions",
     "redeliver",

@@ -29,6 +29,7 @@ __all__ = [
     "DrainReport",
     "Outcome",
     "deliver",
+    "last_error",
 ]
 
 logger = logging.getLogger("deadletter")
@@ -95,7 +96,7 @@ def deliver(
             "permanent failure queue=%s key=%s error=%s",
             keys.queue_of(item.key),
             item.key.hex(),
-            _last_error(exc),
+            last_error(exc),
         )
         return _settle(
             item,
@@ -119,7 +120,7 @@ def _failed(
     item: queue.Queued, exc: Exception, max_attempts: int | None, policy: Policy | None
 ) -> Outcome:
     attempts = item.attempts + 1
-    error = _last_error(exc)
+    error = last_error(exc)
     extra = dict(item.msg.extra)
     extra[ATTEMPTS_KEY] = attempts
     extra[LAST_ERROR_KEY] = error
@@ -163,7 +164,7 @@ def _settle(item: queue.Queued, outcome: Outcome, write: Callable[[], object]) -
     return outcome
 
 
-def _last_error(exc: BaseException) -> str:
+def last_error(exc: BaseException) -> str:
     """`ExcClass: message`, cut to `LAST_ERROR_LIMIT` UTF-8 bytes on a character boundary."""
     text = f"{type(exc).__name__}: {exc}"
     raw = text.encode("utf-8", errors="replace")

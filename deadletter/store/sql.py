@@ -75,7 +75,7 @@ def statement(
 
 
 def _vendor_parts(connection: BaseDatabaseWrapper) -> dict[str, str]:
-    key = connection.ops.quote_name("key")
+    key = key_column(connection)
     if connection.vendor == "mysql":
         # Not INSERT IGNORE: that would also turn a value that does not fit into a
         # warning and a cut row.

@@ -22,7 +22,7 @@ from django.utils.module_loading import import_string
 from deadletter import queue
 from deadletter.conf import conf
 from deadletter.contrib.celery.checks import check_celery
-from deadletter.drain import LAST_ERROR_KEY, LAST_ERROR_LIMIT
+from deadletter.drain import LAST_ERROR_KEY, LAST_ERROR_LIMIT, last_error
 from deadletter.queue import seals
 from deadletter.wire import codec
 from deadletter.wire.gotime import GoTime
@@ -178,7 +178,7 @@ def message_of(
         TASK_HOSTNAME: str(getattr(request, "hostname", "") or ""),
         TASK_EXCEPTION: f"{type(exception).__module__}.{type(exception).__qualname__}",
         TASK_TRACEBACK: traceback,
-        LAST_ERROR_KEY: _error_line(exception),
+        LAST_ERROR_KEY: last_error(exception),
     }
     original = _header(request, ORIGINAL_ID_HEADER)
     if original:
@@ -233,11 +233,6 @@ def _recut(msg: Message, why: str) -> Message:
     """`msg` with its arguments cut (`_cut`), sealed again."""
     extra = {k: v for k, v in msg.extra.items() if k != TASK_SEAL}
     return msg.replace(extra=SEAL.sealed(_cut(extra, why)))
-
-
-def _error_line(exception: BaseException) -> str:
-    text = f"{type(exception).__name__}: {exception}"
-    return text.encode("utf-8")[:LAST_ERROR_LIMIT].decode("utf-8", "ignore")
 
 
 def _header(request: Any, name: str) -> str | None:
