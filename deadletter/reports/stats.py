@@ -151,16 +151,16 @@ def collect(
     threshold = now - gotime.duration_ns(max_age) + gotime.duration_ns(horizon)
     passes = last_passes([s.name for s in statuses])
     result = [
-        _queue_stats(connection, s, dropped.get(s.name), now, threshold, attempts_sample)
-        for s in statuses
-    ]
-    result = [
-        dataclasses.replace(
-            q,
-            waiting=waiting(q.name, gotime.utc_datetime(now)).count if q.depth else 0,
-            paused=q.name in passes and passes[q.name].paused,
+        _queue_stats(
+            connection,
+            s,
+            dropped.get(s.name),
+            now,
+            threshold,
+            attempts_sample,
+            paused=s.name in passes and passes[s.name].paused,
         )
-        for q in result
+        for s in statuses
     ]
     return Stats(result, _totals(result), gotime.utc_datetime(now), horizon, max_age)
 
@@ -194,6 +194,8 @@ def _queue_stats(
     now: int,
     threshold: int,
     attempts_sample: int | None,
+    *,
+    paused: bool,
 ) -> QueueStats:
     expiring, complete = 0, True
     if status.depth:
@@ -217,6 +219,8 @@ def _queue_stats(
         attempts=attempts,
         attempts_rows=attempts_rows,
         dropped=dict(dropped) if dropped else dict.fromkeys(DROP_REASONS, 0),
+        waiting=waiting(status.name, gotime.utc_datetime(now)).count if status.depth else 0,
+        paused=paused,
     )
 
 
