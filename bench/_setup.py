@@ -178,3 +178,26 @@ def anon_rss_bytes() -> int:
     except OSError:
         pass
     return rss_bytes()
+
+
+def commit_without_flush(target: str) -> None:
+    """PostgreSQL commits that do not wait for the disk flush on the bench
+    database, as SQLite's WAL with synchronous=NORMAL: on a shared disk the
+    flush's noise would swamp the per-statement cost the ratios are about.
+    Both sides get it (a database setting); Django's connection reconnects."""
+    from django.db import connection
+
+    with raw_postgres_connection(target) as admin:
+        admin.execute(
+            f"ALTER DATABASE {connection.ops.quote_name(connection.settings_dict['NAME'])} "
+            "SET synchronous_commit = off"
+        )
+    connection.close()
+
+
+def require_speedups() -> None:
+    """Exit when the C speed-up is not built: the figures are about it."""
+    from deadletter.wire import codec
+
+    if not codec.speedups_built():
+        sys.exit("the C speed-up is not built: run ./dev (or pip install -e .) first")

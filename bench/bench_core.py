@@ -43,10 +43,12 @@ from typing import Any
 from _setup import (
     REPO,
     anon_rss_bytes,
+    commit_without_flush,
     django_on_fresh_database,
     raw_connection,
     raw_mysql_connection,
     raw_postgres_connection,
+    require_speedups,
 )
 
 QUICK = os.environ.get("BENCH_QUICK") == "1"
@@ -223,22 +225,13 @@ def main() -> None:
     # server's setting, not the bench database's: left as the server has it.
     durable = not pg or os.environ.get("BENCH_PG_DURABLE") == "1"
     if not durable:
-        # Commits that do not wait for the disk flush, as SQLite's WAL with
-        # synchronous=NORMAL: on a shared disk the flush's noise would swamp
-        # the per-statement cost the ratios are about. Same for both sides.
-        with raw_postgres_connection(target) as admin:
-            admin.execute(
-                f"ALTER DATABASE {connection.ops.quote_name(connection.settings_dict['NAME'])} "
-                "SET synchronous_commit = off"
-            )
-        connection.close()
+        commit_without_flush(target)
 
     from deadletter import queue as dlqueue
     from deadletter.queue import dequeue, iter_failed_msgs, store_failed_msgs
     from deadletter.wire import codec, keys
 
-    if not codec.speedups_built():
-        sys.exit("the C speed-up is not built: run ./dev (or pip install -e .) first")
+    require_speedups()
     msgs = messages()
     values = {shape: codec.encode_one(msg) for shape, msg in msgs.items()}
     raw = Raw(vendor, target)

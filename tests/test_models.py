@@ -93,3 +93,43 @@ def test_a_claim_starts_after_a_key_and_stops_at_until() -> None:
             QueuedMessage.objects.claim("q", after=first, inclusive=False, until=None)[0] == second
         )
         assert QueuedMessage.objects.claim("q", after=second, inclusive=False, until=second) is None
+
+
+def _index_definition(name: str) -> str:
+    """How the database itself states the index `name` (MySQL/MariaDB: its columns)."""
+    with connection.cursor() as cursor:
+        if connection.vendor == "sqlite":
+            cursor.execute(
+                "SELECT sql FROM sqlite_master WHERE type = 'index' AND name = %s", [name]
+            )
+        elif connection.vendor == "postgresql":
+            cursor.execute("SELECT indexdef FROM pg_indexes WHERE indexname = %s", [name])
+        else:
+            cursor.execute(
+                "SELECT GROUP_CONCAT(column_name ORDER BY seq_in_index) FROM "
+                "information_schema.statistics WHERE table_schema = DATABASE() "
+                "AND index_name = %s",
+                [name],
+            )
+        return str(cursor.fetchone()[0])
+
+
+def test_the_signature_index_leaves_out_the_rows_without_one_where_the_backend_can() -> None:
+    definition = _index_definition("deadletter_signature_key")
+    if connection.features.supports_partial_indexes:
+        bare = definition.translate(str.maketrans("", "", '"()'))
+        assert bare.endswith("signature, key WHERE signature IS NOT NULL")
+    else:
+        assert definition == "signature,key"
+
+
+def test_a_cause_is_still_found_by_the_signature_index() -> None:
+    (key,) = put("q")
+    QueuedMessage.objects.filter(key=key).update(signature="TimeoutError: late")
+    rows = QueuedMessage.objects.filter(signature="TimeoutError: late").values_list(
+        "key", flat=True
+    )
+    assert [bytes(k) for k in rows] == [key]
+    if connection.vendor == "sqlite":
+        plan = " ".join(str(row) for row in rows.explain().splitlines())
+        assert "deadletter_signature_key" in plan

@@ -12,6 +12,7 @@ import asyncio
 import dataclasses
 import enum
 import logging
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -29,6 +30,7 @@ from deadletter.queue.rows import (
     Queued,
     QueueingError,
     common_message,
+    common_messages,
     delete_sql,
     insert_value,
     process_row,
@@ -57,13 +59,15 @@ def store_failed_msgs(queue: str, msg: Message) -> bytes:
     name.
     """
     prefix = keys.encode_queue_name(queue)
+    now_ns = time.time_ns()
+    stamp_ns: int | None = None
     if msg.queued_at is None:
-        msg = msg.replace(queued_at=GoTime.now())
-    elif (future := age.first_failure_error(msg.queued_at)) is not None:
+        stamp_ns = now_ns  # written into the row; `msg` itself stays as the caller has it
+    elif (future := age.first_failure_error(msg.queued_at, now_ns)) is not None:
         logger.error("store failed queue=%s reason=future-queued-at error=%s", queue, future)
         raise QueueingError(future)
     try:
-        value = codec.encode_one(msg)
+        value = codec.encode_one(msg, stamp_ns)
     except (codec.CodecError, TypeError, ValueError) as exc:
         logger.error("store failed queue=%s reason=unencodable error=%s", queue, exc)
         raise QueueingError from exc
@@ -80,7 +84,7 @@ def store_failed_msgs(queue: str, msg: Message) -> bytes:
             where = detached.route(connection)
             if where is detached.Route.DEFERRED:
                 key = keys.new_key(prefix)
-                later = _ParkLater(queue, prefix, key, value, msg)
+                later = _ParkLater(queue, prefix, key, value, _as_parked(msg, stamp_ns))
                 detached.defer(connection, later, queue=queue, key=key, value=value)
                 return key
             if where is detached.Route.PRIVATE:
@@ -92,8 +96,16 @@ def store_failed_msgs(queue: str, msg: Message) -> bytes:
     else:
         detached.settle_now_and_then(connection)
     key = insert_value(connection, prefix, value, queue=queue, instrumented=instrumented)
-    sql.after_commit(connection, signals.message_enqueued, sender=queue, key=key, msg=msg)
+    if signals.message_enqueued.receivers:
+        parked = _as_parked(msg, stamp_ns)
+        sql.after_commit(connection, signals.message_enqueued, sender=queue, key=key, msg=parked)
     return key
+
+
+def _as_parked(msg: Message, stamp_ns: int | None) -> Message:
+    """The message as its row holds it, for `message_enqueued`: stamped with the
+    store's `queued_at` when it had none (a copy: the caller's stays unstamped)."""
+    return msg if stamp_ns is None else msg.replace(queued_at=GoTime(stamp_ns))
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -150,7 +162,8 @@ def remove_msg(key: bytes) -> Removal:
         return Removal.FAILED
     if not deleted:
         return Removal.ABSENT
-    sql.after_commit(connection, signals.message_dequeued, sender=keys.queue_of(key), key=key)
+    if signals.message_dequeued.receivers:
+        sql.after_commit(connection, signals.message_dequeued, sender=keys.queue_of(key), key=key)
     return Removal.REMOVED
 
 
@@ -195,14 +208,9 @@ def _peek(queue: str, limit: int) -> list[Queued]:
     except DatabaseError:
         logger.exception("fetch failed queue=%s", queue)
         return []
-    cutoff = age.cutoff_ns()
-    max_row_bytes = conf.MAX_ROW_BYTES
-    found: list[Queued] = []
-    for key, value in rows:
-        msg = common_message(key, value, cutoff, max_row_bytes)
-        if msg is None:
-            return list(iter_failed_msgs(queue, limit=limit))
-        found.append(tuple.__new__(Queued, (key, msg)))
+    found, stop = common_messages(rows, 0, age.cutoff_ns(), conf.MAX_ROW_BYTES)
+    if stop < len(rows):
+        return list(iter_failed_msgs(queue, limit=limit))
     return found
 
 
@@ -248,7 +256,18 @@ def iter_failed_msgs(
     try:
         for rows in pages:
             cutoff = age.cutoff_ns(max_age=max_age_ns)
-            for key, value in rows:
+            index, size = 0, len(rows)
+            while index < size:
+                found, index = common_messages(rows, index, cutoff, max_row_bytes)
+                for item in found:
+                    yield item
+                    left -= 1
+                    if not left:
+                        return
+                if index == size:
+                    break
+                key, value = rows[index]
+                index += 1
                 msg = common_message(key, value, cutoff, max_row_bytes)
                 if msg is not None:
                     yield tuple.__new__(Queued, (key, msg))

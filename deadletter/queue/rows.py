@@ -13,7 +13,7 @@ from __future__ import annotations
 import enum
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from django.db import DatabaseError, IntegrityError, transaction
@@ -183,6 +183,26 @@ def common_message(key: bytes, value: bytes, cutoff: int, max_row_bytes: int) ->
     if msg is None or msg.queued_at is None or age.expired(msg.queued_at, cutoff):
         return None
     return msg
+
+
+def common_messages(
+    rows: Sequence[Sequence[Any]], start: int, cutoff: int, max_row_bytes: int
+) -> tuple[list[Queued], int]:
+    """`Queued` for each of `rows[start:]` that is the common row (`common_message`),
+    up to the first that may not be, and that row's index (`len(rows)` when none):
+    a page's messages in one call, read in C when the speed-up is there. The row
+    at the index goes to `common_message` and then, if need be, `process_row`."""
+    read = codec.read_rows
+    if read is not None:
+        return read(rows, start, cutoff, max_row_bytes, Queued)
+    found: list[Queued] = []
+    for index in range(start, len(rows)):
+        key, value = rows[index]
+        msg = common_message(key, value, cutoff, max_row_bytes)
+        if msg is None:
+            return found, index
+        found.append(tuple.__new__(Queued, (key, msg)))
+    return found, len(rows)
 
 
 def process_row(

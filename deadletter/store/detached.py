@@ -42,7 +42,7 @@ from django.core.signals import request_finished
 from django.db import DatabaseError, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from deadletter.store import spool
+from deadletter.store import spool, sql
 
 logger = logging.getLogger("deadletter")
 
@@ -151,7 +151,7 @@ def settle(connection: BaseDatabaseWrapper) -> None:
     if connection.in_atomic_block:
         return
     try:
-        if not connection.get_autocommit():
+        if not sql.autocommit(connection):
             return
     except DatabaseError:
         return  # the caller's own statement reports the database

@@ -121,7 +121,7 @@ def recover(connection: BaseDatabaseWrapper) -> int:
     """Write the records of every spool file no live process holds; the count
     written. Never raises: a file that cannot be written now stays for later."""
     folder = directory(connection)
-    if folder is None:
+    if folder is None or not os.access(folder, os.F_OK):  # the common case: no folder
         return 0
     try:
         entries = [entry.path for entry in os.scandir(folder) if entry.name.endswith(".spool")]

@@ -7,12 +7,13 @@ queue's rules.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-import functools
 import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
+from django.conf import settings
 from django.db import DataError, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
@@ -65,7 +66,9 @@ def statement(
     read the (due_at, key) index alone; `parts` fill the template's other fields.
     """
     table_name = table or _queue_table()
-    cache_key = (connection.vendor, table_name, template, *sorted(parts.items()))
+    cache_key: tuple[Any, ...] = (connection.vendor, table_name, template)
+    if parts:
+        cache_key += tuple(sorted(parts.items()))
     made = _statements.get(cache_key)
     if made is None:
         made = _statements[cache_key] = template.format(
@@ -199,8 +202,23 @@ def can_skip_locked(connection: BaseDatabaseWrapper) -> bool:
 
 def watched(connection: BaseDatabaseWrapper) -> bool:
     """Whether anyone looks at this connection's statements: an `execute_wrapper`
-    (APM hooks, tests) or query logging (`DEBUG`, `force_debug_cursor`)."""
-    return bool(connection.execute_wrappers) or connection.queries_logged
+    (APM hooks, tests) or query logging (`connection.queries_logged`:
+    `force_debug_cursor` or `DEBUG`)."""
+    return bool(connection.execute_wrappers) or connection.force_debug_cursor or _debug()
+
+
+_read_settings = object.__getattribute__(settings, "__dict__")
+
+
+def _debug() -> bool:
+    """`settings.DEBUG` as `queries_logged` reads it, from the cache `LazySettings`
+    keeps of every setting read (dropped whenever a setting or the whole settings
+    object changes), without the lazy object's own lookup, which costs about as much
+    as a SQLite DELETE's Python side."""
+    try:
+        return bool(_read_settings["DEBUG"])
+    except KeyError:
+        return bool(settings.DEBUG)
 
 
 def write(
@@ -225,8 +243,7 @@ def write(
             return cursor.rowcount
     # Driver path, kept only when nothing watches: Django's cursor wrapper costs
     # about as much as a SQLite INSERT (bench/bench_core.py prints both).
-    connection.ensure_connection()
-    cursor = connection.connection.cursor()
+    cursor = _driver_cursor(connection)
     try:
         cursor.execute(_driver_sql(connection.vendor, sql), params)
         return cursor.rowcount
@@ -245,19 +262,50 @@ def read(connection: BaseDatabaseWrapper, sql: str, params: Any) -> list[tuple[A
             cursor.execute(sql, params)
             return list(cursor.fetchall())
     # Driver path when nothing watches: the wrapper's cost per page (bench_core).
-    connection.ensure_connection()
-    with connection.wrap_database_errors:
-        cursor = connection.connection.cursor()
-        try:
-            cursor.execute(_driver_sql(connection.vendor, sql), params)
-            return list(cursor.fetchall())
-        finally:
-            cursor.close()
+    cursor = _driver_cursor(connection)
+    try:
+        cursor.execute(_driver_sql(connection.vendor, sql), params)
+        rows = cursor.fetchall()
+        return rows if type(rows) is list else list(rows)
+    except Exception:
+        with connection.wrap_database_errors:
+            raise
+    finally:
+        cursor.close()
 
 
-@functools.lru_cache(maxsize=64)
+def _driver_cursor(connection: BaseDatabaseWrapper) -> Any:
+    """A cursor of the driver's own connection, connecting first as Django's cursor
+    would; `ensure_connection` also refuses an event loop's thread as Django does
+    (`SynchronousOnlyOperation`), so it is asked whenever a loop runs here."""
+    raw = connection.connection
+    if raw is None or _running_loop() is not None:
+        connection.ensure_connection()
+        raw = connection.connection
+    return raw.cursor()
+
+
+def autocommit(connection: BaseDatabaseWrapper) -> bool:
+    """`connection.get_autocommit()`, without its connection check once connected."""
+    if connection.connection is None or _running_loop() is not None:
+        return connection.get_autocommit()
+    return connection.autocommit
+
+
+_running_loop = asyncio._get_running_loop
+_driver_forms: dict[str, str] = {}
+
+
 def _driver_sql(vendor: str, sql: str) -> str:
-    return sql.replace("%s", "?") if vendor == "sqlite" else sql
+    """`sql` with sqlite3's `?` placeholders on SQLite; as it is elsewhere."""
+    if vendor != "sqlite":
+        return sql
+    form = _driver_forms.get(sql)
+    if form is None:
+        if len(_driver_forms) >= 256:
+            _driver_forms.clear()
+        form = _driver_forms[sql] = sql.replace("%s", "?")
+    return form
 
 
 def after_commit(connection: BaseDatabaseWrapper, signal: Any, **kwargs: Any) -> None:
@@ -296,15 +344,24 @@ def range_sql(
     read every scan of the table uses. Parameters: the first key and the range's end.
     With `due_now`, only rows no backoff holds back (`due_at` NULL), by the
     (due_at, key) index, so a drain never reads the rows that wait."""
-    return statement(
-        connection,
-        "SELECT {key}, value FROM {table} WHERE {due}{key} {op} %s AND {key} < %s "
-        "ORDER BY {key} LIMIT {limit}",
-        table=table,
-        op=">=" if inclusive else ">",
-        limit=int(limit),
-        due="due_at IS NULL AND " if due_now else "",
-    )
+    cache_key = (connection.vendor, table, inclusive, limit, due_now)
+    made = _ranges.get(cache_key)
+    if made is None:
+        if len(_ranges) >= 256:
+            _ranges.clear()
+        made = _ranges[cache_key] = statement(
+            connection,
+            "SELECT {key}, value FROM {table} WHERE {due}{key} {op} %s AND {key} < %s "
+            "ORDER BY {key} LIMIT {limit}",
+            table=table,
+            op=">=" if inclusive else ">",
+            limit=int(limit),
+            due="due_at IS NULL AND " if due_now else "",
+        )
+    return made
+
+
+_ranges: dict[tuple[Any, ...], str] = {}
 
 
 class KeyPages:

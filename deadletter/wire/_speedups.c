@@ -229,6 +229,215 @@ new_time(PyObject *text, const GoClock *clock)
     return time;
 }
 
+/* The civil date of `days` since 1970-01-01 (H. Hinnant's algorithm). */
+static void
+civil_from_days(int64_t days, int64_t *year, int *month, int *day)
+{
+    int64_t era, day_of_era, year_of_era, day_of_year, shifted_month;
+
+    days += 719468;
+    era = (days >= 0 ? days : days - 146096) / 146097;
+    day_of_era = days - era * 146097;
+    year_of_era = (day_of_era - day_of_era / 1460 + day_of_era / 36524 - day_of_era / 146096)
+                  / 365;
+    day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    shifted_month = (5 * day_of_year + 2) / 153;
+    *day = (int)(day_of_year - (153 * shifted_month + 2) / 5 + 1);
+    *month = (int)(shifted_month < 10 ? shifted_month + 3 : shifted_month - 9);
+    *year = year_of_era + era * 400 + (*month <= 2);
+}
+
+/* The wall clock of the instant `unix_ns` in the zone `offset` seconds east
+ * (less than a day either way), years 0 to 9999; 0 for any other. */
+static int
+clock_at(long long unix_ns, long long offset, GoClock *clock)
+{
+    long long seconds = unix_ns / NS_PER_SECOND, nanos = unix_ns % NS_PER_SECOND;
+    long long local, days, second_of_day;
+    int64_t year;
+
+    if (offset <= -86400 || offset >= 86400) {
+        return 0;
+    }
+    if (nanos < 0) {
+        nanos += NS_PER_SECOND;
+        seconds -= 1;
+    }
+    local = seconds + offset;
+    days = local / 86400;
+    second_of_day = local % 86400;
+    if (second_of_day < 0) {
+        second_of_day += 86400;
+        days -= 1;
+    }
+    civil_from_days(days, &year, &clock->month, &clock->day);
+    if (year < 0 || year > 9999) {
+        return 0;
+    }
+    clock->year = (int)year;
+    clock->hour = (int)(second_of_day / 3600);
+    clock->minute = (int)(second_of_day / 60 % 60);
+    clock->second = (int)(second_of_day % 60);
+    clock->nanos = nanos;
+    clock->offset = (int)offset;
+    clock->unix_ns = unix_ns;
+    return 1;
+}
+
+/* Go's RFC3339Nano text of `clock` into `out` (at least 36 bytes), as
+ * `gotime._format` writes it: trailing fraction zeros trimmed, 'Z' for
+ * offset 0, minutes of the offset truncated toward zero. Returns its length. */
+static Py_ssize_t
+format_clock(const GoClock *clock, char *out)
+{
+    Py_ssize_t size;
+    long long nanos = clock->nanos;
+    int digits = 9, minutes, i;
+    char sign;
+
+    size = sprintf(out, "%04d-%02d-%02dT%02d:%02d:%02d", clock->year, clock->month, clock->day,
+                   clock->hour, clock->minute, clock->second);
+    if (nanos) {
+        while (nanos % 10 == 0) {
+            nanos /= 10;
+            digits--;
+        }
+        out[size++] = '.';
+        for (i = digits - 1; i >= 0; i--) {
+            out[size + i] = (char)('0' + nanos % 10);
+            nanos /= 10;
+        }
+        size += digits;
+    }
+    if (clock->offset == 0) {
+        out[size++] = 'Z';
+        return size;
+    }
+    if (clock->offset <= -60) {
+        sign = '-';
+        minutes = -clock->offset / 60;
+    }
+    else {
+        sign = '+';
+        minutes = clock->offset > 0 ? clock->offset / 60 : 0;
+    }
+    size += sprintf(out + size, "%c%02d:%02d", sign, minutes / 60, minutes % 60);
+    return size;
+}
+
+/* (unix_ns, offset) from two exact ints in range; 0 (no exception) otherwise. */
+static int
+instant_args(PyObject *const *args, Py_ssize_t nargs, long long *unix_ns, long long *offset)
+{
+    int overflow = 0;
+
+    *offset = 0;
+    if (nargs < 1 || nargs > 2 || !PyLong_CheckExact(args[0])
+        || (nargs == 2 && !PyLong_CheckExact(args[1]))) {
+        return 0;
+    }
+    *unix_ns = PyLong_AsLongLongAndOverflow(args[0], &overflow);
+    if (overflow || (*unix_ns == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        return 0;
+    }
+    if (nargs == 2) {
+        *offset = PyLong_AsLongLongAndOverflow(args[1], &overflow);
+        if (overflow || (*offset == -1 && PyErr_Occurred())) {
+            PyErr_Clear();
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static int
+time_configured(void)
+{
+    if (gotime_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "deadletter.wire._speedups.setup_time() has not been called");
+        return 0;
+    }
+    return 1;
+}
+
+PyDoc_STRVAR(format_time_doc,
+"format_time(unix_ns, offset=0) -> str | None\n\n"
+"Go's RFC3339Nano text of an instant in a zone `offset` seconds east (less than\n"
+"a day), as gotime._format writes it; None outside 64-bit nanoseconds, years\n"
+"0..9999 or that offset, for the Python code to write or refuse.");
+
+static PyObject *
+format_time(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    long long unix_ns, offset;
+    GoClock clock;
+    char text[40];
+
+    if (!instant_args(args, nargs, &unix_ns, &offset) || !clock_at(unix_ns, offset, &clock)) {
+        Py_RETURN_NONE;
+    }
+    return PyUnicode_DecodeASCII(text, format_clock(&clock, text), NULL);
+}
+
+PyDoc_STRVAR(go_time_doc,
+"go_time(unix_ns, offset=0) -> GoTime | None\n\n"
+"The GoTime of an instant in a zone of whole minutes, as gotime._from_instant\n"
+"makes it (no text kept); None for what the Python code must make.");
+
+static PyObject *
+go_time(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    long long unix_ns, offset;
+    GoClock clock;
+
+    if (!time_configured()) {
+        return NULL;
+    }
+    if (!instant_args(args, nargs, &unix_ns, &offset) || offset % 60 != 0
+        || offset / 60 > ZONE_MINUTES || offset / 60 < -ZONE_MINUTES
+        || !clock_at(unix_ns, offset, &clock) || clock.year < 1) {
+        Py_RETURN_NONE;
+    }
+    PyObject *zone = zone_of(clock.offset), *number, *time;
+    if (zone == NULL) {
+        return NULL;
+    }
+    number = PyLong_FromLongLong(unix_ns);
+    if (number == NULL) {
+        return NULL;
+    }
+    time = PyDateTimeAPI->DateTime_FromDateAndTime(
+        clock.year, clock.month, clock.day, clock.hour, clock.minute, clock.second,
+        (int)(clock.nanos / 1000), zone, (PyTypeObject *)gotime_type);
+    if (time == NULL) {
+        Py_DECREF(number);
+        return NULL;
+    }
+    set_slot(time, unix_ns_offset, number);
+    return time;
+}
+
+PyDoc_STRVAR(parse_time_doc,
+"parse_time(text) -> GoTime | None\n\n"
+"The GoTime of Go's canonical RFC3339Nano text in go_message's range, keeping\n"
+"the text, as gotime.from_go_text makes it; None for any other text.");
+
+static PyObject *
+parse_time(PyObject *module, PyObject *text)
+{
+    GoClock clock;
+
+    if (!time_configured()) {
+        return NULL;
+    }
+    if (!read_time(text, &clock)) {
+        Py_RETURN_NONE;
+    }
+    return new_time(text, &clock);
+}
+
 /* A time field: None stays None; Go's canonical text becomes a GoTime. Sets
  * *result to NULL when the Python path must judge the value, returns -1 on
  * an exception. */
@@ -739,6 +948,105 @@ go_decode(PyObject *module, PyObject *value)
     return message;
 }
 
+PyDoc_STRVAR(read_rows_doc,
+"read_rows(rows, start, cutoff_ns, max_row_bytes, pair_type) -> (list, int)\n\n"
+"pair_type((key, msg)) for each (key, value) of rows[start:] that is the common\n"
+"row (a key with its NUL separator, a value of at most max_row_bytes that\n"
+"go_decode reads as one message queued at or after cutoff_ns), up to the first\n"
+"row that is not; with the index of that row (len(rows) when there is none),\n"
+"which the Python code then reads and judges.");
+
+static PyObject *
+read_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *rows, *found = NULL, *result = NULL, *row, *key, *value, *msg, *queued_at, *pair;
+    PyObject *number;
+    PyTypeObject *pair_type;
+    Py_ssize_t start, count, index;
+    long long cutoff, max_row_bytes, unix_ns;
+    int overflow;
+
+    if (!is_configured()) {
+        return NULL;
+    }
+    if (nargs != 5 || !PyType_Check(args[4])
+        || !PyType_IsSubtype((PyTypeObject *)args[4], &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "read_rows(rows, start, cutoff_ns, max_row_bytes, pair_type)");
+        return NULL;
+    }
+    pair_type = (PyTypeObject *)args[4];
+    start = PyLong_AsSsize_t(args[1]);
+    cutoff = PyLong_AsLongLong(args[2]);
+    max_row_bytes = PyLong_AsLongLong(args[3]);
+    if (PyErr_Occurred()) {
+        return NULL;
+    }
+    rows = PySequence_Fast(args[0], "rows must be a sequence of (key, value)");
+    if (rows == NULL) {
+        return NULL;
+    }
+    count = PySequence_Fast_GET_SIZE(rows);
+    found = PyList_New(0);
+    if (found == NULL) {
+        goto done;
+    }
+    for (index = start < 0 ? 0 : start; index < count; index++) {
+        row = PySequence_Fast_GET_ITEM(rows, index);
+        if (!PyTuple_Check(row) || PyTuple_GET_SIZE(row) != 2) {
+            break;
+        }
+        key = PyTuple_GET_ITEM(row, 0);
+        value = PyTuple_GET_ITEM(row, 1);
+        if (!PyBytes_CheckExact(key) || !PyBytes_CheckExact(value)
+            || memchr(PyBytes_AS_STRING(key), 0, (size_t)PyBytes_GET_SIZE(key)) == NULL
+            || PyBytes_GET_SIZE(value) > max_row_bytes) {
+            break;
+        }
+        msg = go_decode(module, value);
+        if (msg == NULL) {
+            goto done;
+        }
+        if (msg == Py_None) {
+            Py_DECREF(msg);
+            break;
+        }
+        queued_at = PyObject_GetAttr(msg, PyTuple_GET_ITEM(attributes, 1));
+        if (queued_at == NULL) {
+            Py_DECREF(msg);
+            goto done;
+        }
+        number = Py_TYPE(queued_at) == (PyTypeObject *)gotime_type
+                     ? *(PyObject **)((char *)queued_at + unix_ns_offset)
+                     : NULL;
+        unix_ns = number != NULL ? PyLong_AsLongLongAndOverflow(number, &overflow) : 0;
+        Py_DECREF(queued_at);
+        if (number == NULL || overflow || (unix_ns == -1 && PyErr_Occurred())
+            || unix_ns < cutoff) {
+            PyErr_Clear();
+            Py_DECREF(msg);
+            break;
+        }
+        pair = pair_type->tp_alloc(pair_type, 2);
+        if (pair == NULL) {
+            Py_DECREF(msg);
+            goto done;
+        }
+        PyTuple_SET_ITEM(pair, 0, Py_NewRef(key));
+        PyTuple_SET_ITEM(pair, 1, msg);
+        if (PyList_Append(found, pair) < 0) {
+            Py_DECREF(pair);
+            goto done;
+        }
+        Py_DECREF(pair);
+    }
+    result = Py_BuildValue("(On)", found, index);
+done:
+    Py_XDECREF(found);
+    Py_DECREF(rows);
+    return result;
+}
+
 /* --- writing ------------------------------------------------------------ */
 
 /* Counts bytes while `out` is NULL, then writes them: one walk for both. */
@@ -991,16 +1299,39 @@ is_plain_extra(PyObject *extra)
     return 1;
 }
 
+/* The QueuedAt text of the instant `stamp` (an int of nanoseconds, UTC) in
+ * the years go_message reads back as a GoTime; NULL, no exception, otherwise. */
+static PyObject *
+stamp_text(PyObject *stamp)
+{
+    long long unix_ns, offset;
+    GoClock clock;
+    char text[40];
+    PyObject *result;
+
+    if (!instant_args(&stamp, 1, &unix_ns, &offset) || !clock_at(unix_ns, 0, &clock)
+        || clock.year < 2) {
+        return NULL;
+    }
+    result = PyUnicode_DecodeASCII(text, format_clock(&clock, text), NULL);
+    if (result == NULL) {
+        PyErr_Clear();
+    }
+    return result;
+}
+
 PyDoc_STRVAR(go_encode_doc,
-"go_encode(msg) -> bytes | None\n\n"
+"go_encode(msg, stamp_ns=None) -> bytes | None\n\n"
 "The per-message row value Go writes for `msg` ([msg] in CBOR) when it has\n"
 "Go's shape, unknown keys holding plain values allowed; None for the Python\n"
-"encoder to write.");
+"encoder to write. With `stamp_ns`, a message without `queued_at` is written\n"
+"as queued at that instant (UTC), the message itself left as it is.");
 
 static PyObject *
-go_encode(PyObject *module, PyObject *msg)
+go_encode(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     PyObject *values[FIELD_COUNT + 1] = {NULL}, *times[2] = {NULL, NULL}, *result = NULL;
+    PyObject *msg, *stamp = Py_None;
     long long code = 0;
     int overflow = 1, i, shaped = 0;
     Writer writer = {NULL, 0};
@@ -1008,7 +1339,16 @@ go_encode(PyObject *module, PyObject *msg)
     if (!is_configured()) {
         return NULL;
     }
-    if (Py_TYPE(msg) != (PyTypeObject *)message_type) {
+    if (nargs < 1 || nargs > 2) {
+        PyErr_SetString(PyExc_TypeError, "go_encode(msg, stamp_ns=None) takes 1 or 2 arguments");
+        return NULL;
+    }
+    msg = args[0];
+    if (nargs == 2) {
+        stamp = args[1];
+    }
+    if (Py_TYPE(msg) != (PyTypeObject *)message_type
+        || (stamp != Py_None && !PyLong_CheckExact(stamp))) {
         Py_RETURN_NONE;
     }
     for (i = 0; i < FIELD_COUNT + 1; i++) {
@@ -1021,6 +1361,10 @@ go_encode(PyObject *module, PyObject *msg)
      * could change a list. From the checks below to the last byte written,
      * no Python code runs, so what was checked is what gets written. */
     shaped = wire_time(values[0], &times[0]) && wire_time(values[1], &times[1]);
+    if (shaped && values[1] == Py_None && stamp != Py_None) {
+        times[1] = stamp_text(stamp);
+        shaped = times[1] != NULL;
+    }
     if (shaped && PyLong_Check(values[7]) && !PyBool_Check(values[7])
         && (PyLong_CheckExact(values[7]) || Py_TYPE(values[7]) == (PyTypeObject *)event_code_type)) {
         code = PyLong_AsLongLongAndOverflow(values[7], &overflow);
@@ -1120,6 +1464,40 @@ slot_offset(PyObject *type, const char *name, Py_ssize_t *offset)
     return 0;
 }
 
+/* GoTime, whose slots the C code fills: a datetime subclass with `_unix_ns`
+ * and `_text` in its __slots__. */
+static int
+set_gotime_type(PyObject *type)
+{
+    Py_ssize_t new_unix_ns_offset, new_text_offset;
+
+    if (!PyType_Check(type) || !PyType_IsSubtype((PyTypeObject *)type, PyDateTimeAPI->DateTimeType)) {
+        PyErr_SetString(PyExc_TypeError, "gotime_type must be a datetime subclass");
+        return -1;
+    }
+    if (slot_offset(type, "_unix_ns", &new_unix_ns_offset) < 0
+        || slot_offset(type, "_text", &new_text_offset) < 0) {
+        return -1;
+    }
+    unix_ns_offset = new_unix_ns_offset;
+    text_offset = new_text_offset;
+    Py_XSETREF(gotime_type, Py_NewRef(type));
+    return 0;
+}
+
+PyDoc_STRVAR(setup_time_doc,
+"setup_time(gotime_type)\n\n"
+"The GoTime class go_time and parse_time build; deadletter.wire.gotime calls it once.");
+
+static PyObject *
+setup_time(PyObject *module, PyObject *type)
+{
+    if (set_gotime_type(type) < 0) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
 PyDoc_STRVAR(setup_doc,
 "setup(message_type, gotime_type, event_codes, go_keys, attributes, event_code_type)\n\n"
 "The Python objects go_message and go_encode work with; deadletter.wire.codec calls it once.");
@@ -1148,9 +1526,7 @@ setup(PyObject *module, PyObject *args)
             return NULL;
         }
     }
-    if (!PyType_IsSubtype((PyTypeObject *)new_gotime, PyDateTimeAPI->DateTimeType)
-        || slot_offset(new_gotime, "_unix_ns", &unix_ns_offset) < 0
-        || slot_offset(new_gotime, "_text", &text_offset) < 0) {
+    if (set_gotime_type(new_gotime) < 0) {
         return NULL;
     }
     new_template = PyDict_New();
@@ -1165,7 +1541,6 @@ setup(PyObject *module, PyObject *args)
     }
     Py_XSETREF(fields_template, new_template);
     Py_XSETREF(message_type, Py_NewRef(new_message));
-    Py_XSETREF(gotime_type, Py_NewRef(new_gotime));
     Py_XSETREF(event_codes, Py_NewRef(new_codes));
     Py_XSETREF(go_keys, Py_NewRef(new_keys));
     Py_XSETREF(attributes, Py_NewRef(new_attributes));
@@ -1175,10 +1550,15 @@ setup(PyObject *module, PyObject *args)
 
 static PyMethodDef speedups_methods[] = {
     {"go_decode", go_decode, METH_O, go_decode_doc},
-    {"go_encode", go_encode, METH_O, go_encode_doc},
+    {"format_time", (PyCFunction)(void (*)(void))format_time, METH_FASTCALL, format_time_doc},
+    {"go_encode", (PyCFunction)(void (*)(void))go_encode, METH_FASTCALL, go_encode_doc},
     {"go_message", go_message, METH_O, go_message_doc},
+    {"go_time", (PyCFunction)(void (*)(void))go_time, METH_FASTCALL, go_time_doc},
+    {"parse_time", parse_time, METH_O, parse_time_doc},
     {"read_go_time", read_go_time, METH_O, read_go_time_doc},
+    {"read_rows", (PyCFunction)(void (*)(void))read_rows, METH_FASTCALL, read_rows_doc},
     {"setup", setup, METH_VARARGS, setup_doc},
+    {"setup_time", setup_time, METH_O, setup_time_doc},
     {NULL, NULL, 0, NULL},
 };
 

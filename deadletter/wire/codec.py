@@ -24,6 +24,7 @@ from typing import Any
 import cbor2
 
 from deadletter.exceptions import DeadletterError
+from deadletter.wire import gotime
 from deadletter.wire.gotime import GoOnlyTime, GoTime, from_go_text
 from deadletter.wire.messages import EventCode, Message
 
@@ -113,24 +114,24 @@ _DECODER_OPTIONS: dict[str, Any] = {
 }
 
 
-def _load_speedups() -> Any:
-    """`deadletter.wire._speedups`, set up with the classes it builds, or None when
-    the C extension was not compiled (the Python code then does it all)."""
-    try:
-        from deadletter.wire import _speedups
-    except ImportError:
+def _set_up_speedups() -> Any:
+    """The C extension `gotime` loaded (None when it was not compiled: the Python
+    code then does it all), set up with the classes it builds messages of."""
+    if gotime.speedups is None:
         return None
     attributes = tuple(field.name for field in dataclasses.fields(Message))
-    _speedups.setup(Message, GoTime, _EVENT_CODES, _GO_KEYS, attributes, EventCode)
-    return _speedups
+    gotime.speedups.setup(Message, GoTime, _EVENT_CODES, _GO_KEYS, attributes, EventCode)
+    return gotime.speedups
 
 
-_speedups = _load_speedups()
+_speedups = _set_up_speedups()
 # Each returns None for whatever is not exactly Go's shape, which the Python
 # code then reads or writes (and refuses, when it is not a message).
 _go_message: Callable[[Any], Message | None] | None = _speedups and _speedups.go_message
-_go_encode: Callable[[Message], bytes | None] | None = _speedups and _speedups.go_encode
+_go_encode: Callable[[Message, int | None], bytes | None] | None = _speedups and _speedups.go_encode
 _go_decode: Callable[[bytes], Message | None] | None = _speedups and _speedups.go_decode
+read_rows: Callable[..., tuple[list[Any], int]] | None = _speedups and _speedups.read_rows
+"""The C reading of a page's common rows (`queue.rows.common_messages`), or None."""
 
 
 def speedups_built() -> bool:
@@ -139,15 +140,16 @@ def speedups_built() -> bool:
 
 @contextlib.contextmanager
 def python_only() -> Iterator[None]:
-    """The Python reading and writing alone for the block, for benchmarks that
-    print both figures; not thread-safe, never for serving code."""
-    global _go_message, _go_encode, _go_decode
-    saved = _go_message, _go_encode, _go_decode
-    _go_message = _go_encode = _go_decode = None
+    """The Python reading and writing alone for the block (times too), for
+    benchmarks that print both figures; not thread-safe, never for serving code."""
+    global _go_message, _go_encode, _go_decode, read_rows
+    saved = _go_message, _go_encode, _go_decode, read_rows
+    _go_message = _go_encode = _go_decode = read_rows = None
     try:
-        yield
+        with gotime.python_only():
+            yield
     finally:
-        _go_message, _go_encode, _go_decode = saved
+        _go_message, _go_encode, _go_decode, read_rows = saved
 
 
 def decode(value: bytes) -> list[Message]:
@@ -518,13 +520,15 @@ def encode(msgs: Sequence[Message]) -> bytes:
     return _read_back(value) if any(msg.extra for msg in msgs) else value
 
 
-def encode_one(msg: Message) -> bytes:
-    """`encode([msg])`: the value of a per-message row."""
+def encode_one(msg: Message, stamp_ns: int | None = None) -> bytes:
+    """`encode([msg])`: the value of a per-message row. With `stamp_ns`, a message
+    without `queued_at` is written as queued at that instant (UTC), with no copy
+    of it made to say so: the store's stamp."""
     if _go_encode is not None:
-        value = _go_encode(msg)
+        value = _go_encode(msg, stamp_ns)
         if value is not None:
             return value
-    wire = [_wire_map(msg, 0)]
+    wire = [_wire_map(msg, 0, stamp_ns)]
     try:
         value = cbor2.dumps(wire)
     except _ENCODE_FAILURES as exc:
@@ -544,7 +548,7 @@ def _read_back(value: bytes) -> bytes:
     return value
 
 
-def _wire_map(msg: Message, index: int) -> dict[str, Any]:
+def _wire_map(msg: Message, index: int, stamp_ns: int | None = None) -> dict[str, Any]:
     if type(msg) is not Message and not isinstance(msg, Message):
         raise CodecError(f"message {index}: expected a Message, got {type(msg).__name__}")
     username, subject, code = msg.username, msg.subject, msg.code
@@ -567,6 +571,8 @@ def _wire_map(msg: Message, index: int) -> dict[str, Any]:
         timestamp = _wire_time(msg.timestamp, index, "Timestamp")
     if msg.queued_at is not None:
         queued_at = _wire_time(msg.queued_at, index, "QueuedAt")
+    elif stamp_ns is not None:
+        queued_at = _wire_time(GoTime.from_unix_ns(stamp_ns), index, "QueuedAt")
     descriptions = _wire_list(msg.descriptions, index, "Descriptions")
     fields = _wire_list(msg.fields, index, "Fields")
     skip = _wire_list(msg.skip_recipients, index, "SkipRecipients")

@@ -11,8 +11,10 @@ cannot hold (a wall clock in year 0, an offset of ±24:00) are `GoOnlyTime`s.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta, timezone, tzinfo
 from typing import Any
 
@@ -384,6 +386,10 @@ def _unix_ns_of(dt: datetime) -> int:
 def _from_instant(unix_ns: int, offset: int = 0, text: str | None = None) -> GoTime | GoOnlyTime:
     """The time at `unix_ns` in the zone `offset` seconds east, a `GoOnlyTime` when
     `datetime` cannot hold it."""
+    if text is None and _c_time is not None:
+        made = _c_time(unix_ns, offset)
+        if made is not None:
+            return made
     if type(unix_ns) is not int or type(offset) is not int:
         raise TypeError("unix_ns and offset are ints (nanoseconds, seconds east of UTC)")
     if not -_DAY < offset < _DAY:
@@ -415,6 +421,10 @@ def _from_instant(unix_ns: int, offset: int = 0, text: str | None = None) -> GoT
 
 def from_go_text(text: str) -> GoTime | GoOnlyTime:
     """`GoTime.parse(text)` for a `str`, the codec's hot path: Go's own text is kept as is."""
+    if _c_parse is not None:
+        made = _c_parse(text)
+        if made is not None:
+            return made
     if _canonical(text) is None:
         return _parse_any(text)
     year = int(text[:4])
@@ -475,6 +485,10 @@ def _parse_any(text: str) -> GoTime | GoOnlyTime:
 
 
 def _format(unix_ns: int, offset: int) -> str:
+    if _c_format is not None:
+        text = _c_format(unix_ns, offset)
+        if text is not None:
+            return text
     seconds, nanos = divmod(unix_ns, _NS)
     days, second_of_day = divmod(seconds + offset, _DAY)
     date = _date_of_days.get(days)
@@ -642,3 +656,35 @@ def utc_datetime(unix_ns: int) -> datetime:
 
 _EARLIEST_US = (datetime.min.replace(tzinfo=UTC) - _EPOCH) // timedelta(microseconds=1)
 _LATEST_US = (datetime.max.replace(tzinfo=UTC) - _EPOCH) // timedelta(microseconds=1)
+
+
+def _load_speedups() -> Any:
+    """`deadletter.wire._speedups` with `GoTime` set up in it, or None when the C
+    extension was not compiled (the Python code then does it all); `codec` sets
+    up the message side of it."""
+    try:
+        from deadletter.wire import _speedups
+    except ImportError:
+        return None
+    _speedups.setup_time(GoTime)
+    return _speedups
+
+
+speedups = _load_speedups()
+# Each returns None for what the Python code above must make (or refuse).
+_c_time = speedups and speedups.go_time
+_c_format = speedups and speedups.format_time
+_c_parse = speedups and speedups.parse_time
+
+
+@contextlib.contextmanager
+def python_only() -> Iterator[None]:
+    """The Python code alone makes, reads and writes times for the block (with
+    `codec.python_only`, for benchmarks and tests); not thread-safe."""
+    global _c_time, _c_format, _c_parse
+    saved = _c_time, _c_format, _c_parse
+    _c_time = _c_format = _c_parse = None
+    try:
+        yield
+    finally:
+        _c_time, _c_format, _c_parse = saved

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import struct
 import threading
 import time
 from datetime import datetime
@@ -46,6 +47,7 @@ MAX_QUEUE_NAME_BYTES = 255
 _U64 = 1 << 64
 _SUFFIX_LEN = 16
 _SEQ_STRIDE = 1 << 16
+_TIME_AND_SEQ = struct.Struct(">QQ").pack
 
 
 class ParsedKey(NamedTuple):
@@ -56,6 +58,24 @@ class ParsedKey(NamedTuple):
 
 def encode_queue_name(queue: str) -> bytes:
     """The UTF-8 bytes of a valid queue name; a `ValueError` naming the problem otherwise."""
+    if type(queue) is str:
+        known = _known_names.get(queue)
+        if known is not None:
+            return known
+    raw = _checked_name(queue)
+    if type(queue) is str:
+        if len(_known_names) >= _KNOWN_NAMES_LIMIT:
+            _known_names.clear()
+        _known_names[queue] = raw
+    return raw
+
+
+# A process names few queues, each on every store and read: checked once.
+_known_names: dict[str, bytes] = {}
+_KNOWN_NAMES_LIMIT = 1024
+
+
+def _checked_name(queue: str) -> bytes:
     if not isinstance(queue, str):
         raise ValueError(f"queue name must be a str, got {type(queue).__name__}")
     if not queue:
@@ -161,11 +181,16 @@ class KeyGenerator:
         self._seq = secrets.randbelow(1 << 62)
 
     def next(self, queue: str | bytes, now_ns: int | None = None) -> bytes:
+        prefix = queue if isinstance(queue, bytes) else encode_queue_name(queue)
         with self._lock:
             now = time.time_ns() if now_ns is None else now_ns
-            self._last_ns = max(self._last_ns, now)
-            self._seq = (self._seq + _SEQ_STRIDE) % _U64
-            return make_key(queue, self._last_ns, self._seq)
+            if now > self._last_ns:
+                self._last_ns = now
+            self._seq = seq = (self._seq + _SEQ_STRIDE) % _U64
+            last = self._last_ns
+        if not 0 <= last < _U64:
+            raise ValueError("key time and seq must fit in an unsigned 64-bit integer")
+        return prefix + SEPARATOR + _TIME_AND_SEQ(last, seq)
 
 
 _generator = KeyGenerator()

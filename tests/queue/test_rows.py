@@ -101,6 +101,54 @@ def test_a_row_over_the_size_limit_is_left_to_the_rules() -> None:
     assert _common(keys.new_key("q"), value, max_row_bytes=len(value) - 1) is None
 
 
+def _page() -> list[tuple[bytes, bytes]]:
+    """A page with a common row before and after each kind of row the rules must see."""
+    now = datetime.now(UTC)
+    common = codec.encode_one(Message(subject="ok", queued_at=now, extra={"Endpoint": "x"}))
+    others = [
+        (b"q", common),
+        (keys.new_key("q"), codec.encode_one(Message())),
+        (keys.new_key("q"), codec.encode_one(Message(queued_at=now - timedelta(days=31)))),
+        (keys.new_key("q"), b"\x81\xa1corrupt"),
+        (keys.new_key("q"), b""),
+        (keys.new_key("q"), codec.encode([Message(queued_at=now)] * 2)),
+        (keys.new_key("q"), codec.encode_one(Message(subject="x" * 2000, queued_at=now))),
+        (keys.new_key("q"), b"\xd9\xd9\xf7" + common),
+    ]
+    page = [(keys.new_key("q"), common)]
+    for row in others:
+        page += [row, (keys.new_key("q"), common)]
+    return page
+
+
+def _read_page(page: list[tuple[bytes, bytes]]) -> list[tuple[int, list[rows.Queued]]]:
+    """Every run of common rows `common_messages` reads, row by row as a scan does."""
+    cutoff = int((datetime.now(UTC) - timedelta(days=30)).timestamp() * 1e9)
+    runs, index = [], 0
+    while index < len(page):
+        found, stop = rows.common_messages(page, index, cutoff, 1000)
+        runs.append((stop, found))
+        index = stop + 1
+    return runs
+
+
+def test_a_page_is_read_in_runs_of_common_rows_each_ending_at_a_row_for_the_rules() -> None:
+    page = _page()
+    runs = _read_page(page)
+    assert [stop for stop, _ in runs] == [*range(1, len(page), 2), len(page)]
+    assert all(len(found) == 1 and found[0].key == page[stop - 1][0] for stop, found in runs)
+    assert all(_common(*page[stop], max_row_bytes=1000) is None for stop, _ in runs[:-1])
+
+
+def test_a_page_reads_the_same_with_and_without_the_c_speed_up() -> None:
+    page = _page()
+    with_c = _read_page(page)
+    with codec.python_only():
+        assert codec.read_rows is None
+        assert _read_page(page) == with_c
+    assert all(type(queued) is rows.Queued for _, found in with_c for queued in found)
+
+
 @pytest.mark.parametrize(
     ("extra", "count"),
     [
