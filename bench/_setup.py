@@ -125,12 +125,17 @@ def raw_connection(path: Path | str) -> sqlite3.Connection:
     return conn
 
 
-def raw_postgres_connection(url: str) -> Any:
-    """Raw psycopg on `url`'s database in autocommit, the driver's defaults otherwise."""
+def raw_postgres_connection(url: str, *, as_django: bool = False) -> Any:
+    """Raw psycopg on `url`'s database in autocommit, the driver's defaults otherwise
+    (server-side binding, a statement prepared after 5 runs); with `as_django`, as
+    Django's connection has it by default: client-side binding, nothing prepared."""
     import psycopg
     from dj_database_url import parse
 
-    return psycopg.connect(autocommit=True, **postgres_conninfo(url, parse(url)["NAME"]))
+    info = postgres_conninfo(url, parse(url)["NAME"])
+    if as_django:
+        info.update(cursor_factory=psycopg.ClientCursor, prepare_threshold=None)
+    return psycopg.connect(autocommit=True, **info)
 
 
 def mysql_conninfo(url: str, database: str | None = "") -> dict[str, Any]:

@@ -96,7 +96,7 @@ def messages() -> dict[str, Any]:
 class Raw:
     """The baseline: the bare driver in autocommit doing the app's SQL."""
 
-    def __init__(self, vendor: str, target: str) -> None:
+    def __init__(self, vendor: str, target: str, *, as_django: bool = False) -> None:
         self.vendor = vendor
         key = "key"
         if vendor == "sqlite":
@@ -117,7 +117,7 @@ class Raw:
             key = "`key`"  # a reserved word on MySQL
             p = "%s"
         else:
-            self.conn = raw_postgres_connection(target)
+            self.conn = raw_postgres_connection(target, as_django=as_django)
             self.execute = self.conn.execute
             p = "%s"
         self.insert_sql = f"INSERT INTO {TABLE} ({key}, value) VALUES ({p}, {p})"

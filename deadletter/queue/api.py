@@ -208,9 +208,14 @@ def _peek(queue: str, limit: int) -> list[Queued]:
     except DatabaseError:
         logger.exception("fetch failed queue=%s", queue)
         return []
-    found, stop = common_messages(rows, 0, age.cutoff_ns(), conf.MAX_ROW_BYTES)
-    if stop < len(rows):
-        return list(iter_failed_msgs(queue, limit=limit))
+    cutoff, max_row_bytes = age.cutoff_ns(), conf.MAX_ROW_BYTES
+    found: list[Queued] = []
+    index = 0
+    while index < len(rows):
+        run, index = common_messages(rows, index, cutoff, max_row_bytes)
+        if not run:
+            return list(iter_failed_msgs(queue, limit=limit))
+        found += run
     return found
 
 
@@ -264,8 +269,8 @@ def iter_failed_msgs(
                     left -= 1
                     if not left:
                         return
-                if index == size:
-                    break
+                if found:
+                    continue
                 key, value = rows[index]
                 index += 1
                 msg = common_message(key, value, cutoff, max_row_bytes)

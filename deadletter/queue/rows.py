@@ -188,21 +188,30 @@ def common_message(key: bytes, value: bytes, cutoff: int, max_row_bytes: int) ->
 def common_messages(
     rows: Sequence[Sequence[Any]], start: int, cutoff: int, max_row_bytes: int
 ) -> tuple[list[Queued], int]:
-    """`Queued` for each of `rows[start:]` that is the common row (`common_message`),
-    up to the first that may not be, and that row's index (`len(rows)` when none):
-    a page's messages in one call, read in C when the speed-up is there. The row
-    at the index goes to `common_message` and then, if need be, `process_row`."""
+    """The common rows (`common_message`) from `rows[start]` on, as `Queued`, at most
+    `COMMON_RUN` of them, up to the first row that may not be one; and the index
+    of the row to look at next. An empty list: `rows[start]` goes to
+    `common_message` and then, if need be, `process_row`. Read in C when the
+    speed-up is there.
+
+    A few dozen at a time, not a whole page, so that a scan hands each message
+    on before the next are made: messages held unread would outlive Python's
+    youngest garbage collection and be scanned again in the older ones."""
+    stop = min(start + COMMON_RUN, len(rows))
     read = codec.read_rows
     if read is not None:
-        return read(rows, start, cutoff, max_row_bytes, Queued)
+        return read(rows, start, stop, cutoff, max_row_bytes, Queued)
     found: list[Queued] = []
-    for index in range(start, len(rows)):
+    for index in range(start, stop):
         key, value = rows[index]
         msg = common_message(key, value, cutoff, max_row_bytes)
         if msg is None:
             return found, index
         found.append(tuple.__new__(Queued, (key, msg)))
-    return found, len(rows)
+    return found, stop
+
+
+COMMON_RUN = 32
 
 
 def process_row(

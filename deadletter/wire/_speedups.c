@@ -551,60 +551,45 @@ PyDoc_STRVAR(go_message_doc,
 "The Message of one decoded CBOR map when it has exactly the shape Go writes;\n"
 "None for anything else, which the Python code then reads.");
 
+/* The Message of Go's eight field values (borrowed, in Go's order) and the
+ * unknown keys' `extra` (a new dict, which this takes over); None when a
+ * value is not of Go's shape. */
 static PyObject *
-go_message(PyObject *module, PyObject *item)
+build_message(PyObject *const *values, PyObject *extra)
 {
-    PyObject *values[FIELD_COUNT], *key, *value, *expected, *timestamp = NULL, *queued_at = NULL;
-    PyObject *code, *fields = NULL, *extra = NULL, *message = NULL;
-    Py_ssize_t position = 0, index = 0, fields_end = 0;
+    PyObject *timestamp = NULL, *queued_at = NULL, *code, *fields = NULL, *message = NULL;
     long long code_value;
     int overflow;
 
-    if (!is_configured()) {
-        return NULL;
-    }
-    if (!PyDict_CheckExact(item) || PyDict_GET_SIZE(item) < FIELD_COUNT) {
-        Py_RETURN_NONE;
-    }
-    /* Go's eight keys in order, then (a user's message) keys of its own. */
-    while (PyDict_Next(item, &position, &key, &value)) {
-        if (index < FIELD_COUNT) {
-            expected = PyTuple_GET_ITEM(go_keys, index);
-            if (key != expected && !same_ascii(key, expected)) {
-                Py_RETURN_NONE;
-            }
-            values[index++] = value;
-            fields_end = position;
-        }
-        else if (!is_extra_key(key)) {
-            Py_RETURN_NONE;
-        }
-    }
     if (!PyUnicode_CheckExact(values[2]) || !PyUnicode_CheckExact(values[3])
         || !is_list_of(values[4], is_str) || !is_list_of(values[5], is_str)
         || !is_list_of(values[6], is_str)
         || !PyLong_CheckExact(values[7])) {
+        Py_DECREF(extra);
         Py_RETURN_NONE;
     }
     code_value = PyLong_AsLongLongAndOverflow(values[7], &overflow);
     if (code_value == -1 && PyErr_Occurred()) {
+        Py_DECREF(extra);
         return NULL;
     }
     if (overflow) {
+        Py_DECREF(extra);
         Py_RETURN_NONE;
     }
     if (read_time_field(values[0], &timestamp) < 0) {
-        return NULL;
+        goto done;
     }
     if (timestamp == NULL) {
-        Py_RETURN_NONE;
+        message = Py_NewRef(Py_None);
+        goto done;
     }
     if (read_time_field(values[1], &queued_at) < 0) {
         goto done;
     }
     if (queued_at == NULL) {
-        Py_DECREF(timestamp);
-        Py_RETURN_NONE;
+        message = Py_NewRef(Py_None);
+        goto done;
     }
     code = PyDict_GetItemWithError(event_codes, values[7]);
     if (code == NULL) {
@@ -612,16 +597,6 @@ go_message(PyObject *module, PyObject *item)
             goto done;
         }
         code = values[7];
-    }
-    extra = PyDict_New();
-    if (extra == NULL) {
-        goto done;
-    }
-    position = fields_end;
-    while (PyDict_Next(item, &position, &key, &value)) {
-        if (PyDict_SetItem(extra, key, value) < 0) {
-            goto done;
-        }
     }
     fields = PyDict_Copy(fields_template);  /* sized for its keys: no resizing below */
     if (fields == NULL
@@ -643,9 +618,49 @@ go_message(PyObject *module, PyObject *item)
 done:
     Py_XDECREF(timestamp);
     Py_XDECREF(queued_at);
-    Py_XDECREF(extra);
+    Py_DECREF(extra);
     Py_XDECREF(fields);
     return message;
+}
+
+static PyObject *
+go_message(PyObject *module, PyObject *item)
+{
+    PyObject *values[FIELD_COUNT], *key, *value, *expected, *extra;
+    Py_ssize_t position = 0, index = 0, fields_end = 0;
+
+    if (!is_configured()) {
+        return NULL;
+    }
+    if (!PyDict_CheckExact(item) || PyDict_GET_SIZE(item) < FIELD_COUNT) {
+        Py_RETURN_NONE;
+    }
+    /* Go's eight keys in order, then (a user's message) keys of its own. */
+    while (PyDict_Next(item, &position, &key, &value)) {
+        if (index < FIELD_COUNT) {
+            expected = PyTuple_GET_ITEM(go_keys, index);
+            if (key != expected && !same_ascii(key, expected)) {
+                Py_RETURN_NONE;
+            }
+            values[index++] = value;
+            fields_end = position;
+        }
+        else if (!is_extra_key(key)) {
+            Py_RETURN_NONE;
+        }
+    }
+    extra = PyDict_New();
+    if (extra == NULL) {
+        return NULL;
+    }
+    position = fields_end;
+    while (PyDict_Next(item, &position, &key, &value)) {
+        if (PyDict_SetItem(extra, key, value) < 0) {
+            Py_DECREF(extra);
+            return NULL;
+        }
+    }
+    return build_message(values, extra);
 }
 
 /* --- reading row bytes ------------------------------------------------- */
@@ -910,9 +925,10 @@ static PyObject *
 go_decode(PyObject *module, PyObject *value)
 {
     Reader reader;
-    int major, info;
-    uint64_t count;
-    PyObject *item, *message;
+    int major, info, stored;
+    uint64_t count, i;
+    PyObject *values[FIELD_COUNT] = {NULL}, *key, *item, *extra = NULL, *message = NULL;
+    Py_ssize_t before;
 
     if (!is_configured()) {
         return NULL;
@@ -928,32 +944,75 @@ go_decode(PyObject *module, PyObject *value)
         || count > (uint64_t)(reader.end - reader.at) / 2) {
         Py_RETURN_NONE;
     }
-    item = PyDict_New();
-    if (item == NULL) {
-        return NULL;
-    }
-    if (read_entries(&reader, item, count, 1, 1) < 0) {
-        Py_DECREF(item);
-        if (reader.bail && !PyErr_Occurred()) {
-            Py_RETURN_NONE;
+    /* Go's eight keys in order (read_key knows them), their values kept as
+     * go_message would take them from the map; then the user's own keys,
+     * straight into `extra`, none twice and none a Go field would take. */
+    for (i = 0; i < FIELD_COUNT; i++) {
+        key = read_key(&reader, (Py_ssize_t)i);
+        if (key == NULL) {
+            goto done;
         }
-        return NULL;
+        Py_DECREF(key);
+        values[i] = read_plain(&reader, 1);
+        if (values[i] == NULL) {
+            goto done;
+        }
+    }
+    extra = PyDict_New();
+    if (extra == NULL) {
+        goto done;
+    }
+    for (; i < count; i++) {
+        key = read_key(&reader, (Py_ssize_t)i);
+        if (key == NULL) {
+            goto done;
+        }
+        if (!is_extra_key(key)) {
+            Py_DECREF(key);
+            reader.bail = 1;
+            goto done;
+        }
+        item = read_plain(&reader, 1);
+        if (item == NULL) {
+            Py_DECREF(key);
+            goto done;
+        }
+        before = PyDict_GET_SIZE(extra);
+        stored = PyDict_SetItem(extra, key, item);
+        Py_DECREF(key);
+        Py_DECREF(item);
+        if (stored < 0) {
+            goto done;
+        }
+        if (PyDict_GET_SIZE(extra) == before) {
+            reader.bail = 1;  /* a key twice */
+            goto done;
+        }
     }
     if (reader.at != reader.end) {
-        Py_DECREF(item);
-        Py_RETURN_NONE;  /* bytes after the message: the Python reading judges them */
+        reader.bail = 1;  /* bytes after the message: the Python reading judges them */
+        goto done;
     }
-    message = go_message(module, item);
-    Py_DECREF(item);
+    message = build_message(values, extra);
+    extra = NULL;
+done:
+    for (i = 0; i < FIELD_COUNT; i++) {
+        Py_XDECREF(values[i]);
+    }
+    Py_XDECREF(extra);
+    if (message == NULL && reader.bail && !PyErr_Occurred()) {
+        Py_RETURN_NONE;
+    }
     return message;
 }
 
 PyDoc_STRVAR(read_rows_doc,
-"read_rows(rows, start, cutoff_ns, max_row_bytes, pair_type) -> (list, int)\n\n"
-"pair_type((key, msg)) for each (key, value) of rows[start:] that is the common\n"
+"read_rows(rows, start, stop, cutoff_ns, max_row_bytes, pair_type) -> (list, int)\n\n"
+"pair_type((key, msg)) for each (key, value) of rows[start:stop] that is the common\n"
 "row (a key with its NUL separator, a value of at most max_row_bytes that\n"
 "go_decode reads as one message queued at or after cutoff_ns), up to the first\n"
-"row that is not; with the index of that row (len(rows) when there is none),\n"
+"row that is not; with the index of that row (stop, or len(rows) if less, when\n"
+"there is none),\n"
 "which the Python code then reads and judges.");
 
 static PyObject *
@@ -962,23 +1021,24 @@ read_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     PyObject *rows, *found = NULL, *result = NULL, *row, *key, *value, *msg, *queued_at, *pair;
     PyObject *number;
     PyTypeObject *pair_type;
-    Py_ssize_t start, count, index;
+    Py_ssize_t start, stop, count, index;
     long long cutoff, max_row_bytes, unix_ns;
     int overflow;
 
     if (!is_configured()) {
         return NULL;
     }
-    if (nargs != 5 || !PyType_Check(args[4])
-        || !PyType_IsSubtype((PyTypeObject *)args[4], &PyTuple_Type)) {
+    if (nargs != 6 || !PyType_Check(args[5])
+        || !PyType_IsSubtype((PyTypeObject *)args[5], &PyTuple_Type)) {
         PyErr_SetString(PyExc_TypeError,
-                        "read_rows(rows, start, cutoff_ns, max_row_bytes, pair_type)");
+                        "read_rows(rows, start, stop, cutoff_ns, max_row_bytes, pair_type)");
         return NULL;
     }
-    pair_type = (PyTypeObject *)args[4];
+    pair_type = (PyTypeObject *)args[5];
     start = PyLong_AsSsize_t(args[1]);
-    cutoff = PyLong_AsLongLong(args[2]);
-    max_row_bytes = PyLong_AsLongLong(args[3]);
+    stop = PyLong_AsSsize_t(args[2]);
+    cutoff = PyLong_AsLongLong(args[3]);
+    max_row_bytes = PyLong_AsLongLong(args[4]);
     if (PyErr_Occurred()) {
         return NULL;
     }
@@ -987,6 +1047,9 @@ read_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     count = PySequence_Fast_GET_SIZE(rows);
+    if (stop < count) {
+        count = stop;
+    }
     found = PyList_New(0);
     if (found == NULL) {
         goto done;

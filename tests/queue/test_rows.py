@@ -122,22 +122,32 @@ def _page() -> list[tuple[bytes, bytes]]:
 
 
 def _read_page(page: list[tuple[bytes, bytes]]) -> list[tuple[int, list[rows.Queued]]]:
-    """Every run of common rows `common_messages` reads, row by row as a scan does."""
+    """Every call a scan makes of `common_messages` over `page`, with where it began,
+    passing each row it is handed back to the rules."""
     cutoff = int((datetime.now(UTC) - timedelta(days=30)).timestamp() * 1e9)
-    runs, index = [], 0
+    calls, index = [], 0
     while index < len(page):
-        found, stop = rows.common_messages(page, index, cutoff, 1000)
-        runs.append((stop, found))
-        index = stop + 1
-    return runs
+        found, after = rows.common_messages(page, index, cutoff, 1000)
+        calls.append((index, found))
+        index = after if found else index + 1
+    return calls
 
 
 def test_a_page_is_read_in_runs_of_common_rows_each_ending_at_a_row_for_the_rules() -> None:
     page = _page()
-    runs = _read_page(page)
-    assert [stop for stop, _ in runs] == [*range(1, len(page), 2), len(page)]
-    assert all(len(found) == 1 and found[0].key == page[stop - 1][0] for stop, found in runs)
-    assert all(_common(*page[stop], max_row_bytes=1000) is None for stop, _ in runs[:-1])
+    calls = _read_page(page)
+    handed_back = [start for start, found in calls if not found]
+    assert handed_back == list(range(1, len(page), 2))
+    assert all(_common(*page[at], max_row_bytes=1000) is None for at in handed_back)
+    read = [queued.key for _, found in calls for queued in found]
+    assert read == [key for key, _ in page[::2]]
+
+
+def test_a_run_of_common_rows_is_read_a_few_dozen_at_a_time() -> None:
+    value = codec.encode_one(Message(subject="ok", queued_at=datetime.now(UTC)))
+    page = [(keys.new_key("q"), value) for _ in range(rows.COMMON_RUN * 3 + 5)]
+    calls = _read_page(page)
+    assert [len(found) for _, found in calls] == [rows.COMMON_RUN] * 3 + [5]
 
 
 def test_a_page_reads_the_same_with_and_without_the_c_speed_up() -> None:
