@@ -4,6 +4,8 @@
 the Python code alone.
 """
 
+from pathlib import Path
+
 from setuptools import Extension, setup
 
 setup(
@@ -11,6 +13,9 @@ setup(
         Extension(
             "deadletter.wire._speedups",
             sources=["deadletter/wire/_speedups.c"],
+            # The parts _speedups.c includes: a change to one rebuilds it, and
+            # an sdist carries them.
+            depends=sorted(str(part) for part in Path("deadletter/wire/csrc").glob("*.h")),
             optional=True,
         )
     ]
