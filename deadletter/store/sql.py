@@ -213,8 +213,8 @@ _read_settings = object.__getattribute__(settings, "__dict__")
 def _debug() -> bool:
     """`settings.DEBUG` as `queries_logged` reads it, from the cache `LazySettings`
     keeps of every setting read (dropped whenever a setting or the whole settings
-    object changes), without the lazy object's own lookup, which costs about as much
-    as a SQLite DELETE's Python side."""
+    object changes), without the lazy object's own attribute lookup, which would be
+    the costliest step of a driver-path statement's Python side."""
     try:
         return bool(_read_settings["DEBUG"])
     except KeyError:
@@ -251,7 +251,7 @@ def write(
         with connection.wrap_database_errors:
             raise
     finally:
-        cursor.close()
+        _close(cursor)
 
 
 def read(connection: BaseDatabaseWrapper, sql: str, params: Any) -> list[tuple[Any, ...]]:
@@ -271,7 +271,7 @@ def read(connection: BaseDatabaseWrapper, sql: str, params: Any) -> list[tuple[A
         with connection.wrap_database_errors:
             raise
     finally:
-        cursor.close()
+        _close(cursor)
 
 
 def _driver_cursor(connection: BaseDatabaseWrapper) -> Any:
@@ -282,7 +282,18 @@ def _driver_cursor(connection: BaseDatabaseWrapper) -> Any:
     if raw is None or _running_loop() is not None:
         connection.ensure_connection()
         raw = connection.connection
-    return raw.cursor()
+    try:
+        return raw.cursor()
+    except Exception:
+        with connection.wrap_database_errors:  # a closed connection: Django's error
+            raise
+
+
+def _close(cursor: Any) -> None:
+    """Close a driver cursor whatever state its connection is in: on a connection
+    gone, MySQLdb's `close` raises too, which would hide the statement's own error."""
+    with contextlib.suppress(Exception):
+        cursor.close()
 
 
 def autocommit(connection: BaseDatabaseWrapper) -> bool:

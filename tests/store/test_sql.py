@@ -5,7 +5,7 @@ import io
 import logging
 
 import pytest
-from django.db import IntegrityError, connection, transaction
+from django.db import DatabaseError, IntegrityError, connection, transaction
 from django.dispatch import Signal
 
 from deadletter.models import QueuedMessage
@@ -260,3 +260,15 @@ def test_every_statement_runs_under_the_servers_default_sql_mode(mode: str, sett
     assert ndjson.dump(io.StringIO()) == 3
     (item,) = fetch_failed_msgs("b")
     assert dequeue(item.key)
+
+
+def test_a_statement_on_a_connection_closed_under_django_fails_as_djangos_error() -> None:
+    connection.ensure_connection()
+    connection.connection.close()  # the driver's connection gone, Django's wrapper unaware
+    try:
+        with pytest.raises(DatabaseError):
+            sql.read(connection, sql.statement(connection, "SELECT {key} FROM {table}"), ())
+        with pytest.raises(DatabaseError):
+            sql.write(connection, sql.statement(connection, "DELETE FROM {table}"), ())
+    finally:
+        connection.connection = None  # Django connects afresh for the next statement
