@@ -112,7 +112,7 @@ class NotNullIndex(models.Index):
 
 
 class QueuedMessageQuerySet(models.QuerySet["QueuedMessage"]):
-    """A queue's tail, its row count, a claimed row."""
+    """A queue's tail, its row count, a row by key (locked when asked)."""
 
     def of_queue(self, queue: str) -> QueuedMessageQuerySet:
         """The rows of `queue`: its key range `[name, name 0x01)`, a legacy row first."""
@@ -128,32 +128,6 @@ class QueuedMessageQuerySet(models.QuerySet["QueuedMessage"]):
         """Rows of `queue` up to and including `until`."""
         rows = self.of_queue(queue)
         return (rows if until is None else rows.filter(key__lte=until)).count()
-
-    def claim(
-        self,
-        queue: str,
-        *,
-        after: bytes | None,
-        inclusive: bool,
-        until: bytes | None,
-        due_now: bool = False,
-    ) -> tuple[bytes, bytes] | None:
-        """Lock the oldest row of `queue` from `after` on (up to `until`) that no other
-        transaction holds (`FOR UPDATE SKIP LOCKED`); `(key, value)` or None. With
-        `due_now`, only a row no backoff holds back (`due_at` NULL)."""
-        rows = self.of_queue(queue)
-        if due_now:
-            rows = rows.filter(due_at__isnull=True)
-        if after is not None:
-            rows = rows.filter(key__gte=after) if inclusive else rows.filter(key__gt=after)
-        if until is not None:
-            rows = rows.filter(key__lte=until)
-        return _row(
-            rows.select_for_update(skip_locked=True)
-            .order_by("key")
-            .values_list("key", "value")
-            .first()
-        )
 
     def locked_row(self, key: bytes, *, lock: bool) -> tuple[bytes, bytes] | None:
         """`(key, value)` of the row `key`, locked `FOR UPDATE SKIP LOCKED` when `lock`."""

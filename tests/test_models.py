@@ -1,9 +1,7 @@
 from __future__ import annotations
 
-import threading
-
 import pytest
-from django.db import connection, transaction
+from django.db import connection
 
 from deadletter.models import QueuedMessage
 from deadletter.wire import keys
@@ -48,51 +46,6 @@ def test_these_reads_are_orm_statements_django_sees(django_assert_num_queries) -
     with django_assert_num_queries(2):
         QueuedMessage.objects.tail_key("q")
         QueuedMessage.objects.count_rows("q")
-
-
-@pytest.mark.skipif("connection.vendor == 'sqlite'", reason="PostgreSQL locks rows")
-def test_a_claim_skips_the_row_another_transaction_holds() -> None:
-    first, second = put("q", "q")
-    held = threading.Event()
-    done = threading.Event()
-
-    def other() -> None:
-        try:
-            with transaction.atomic():
-                got = QueuedMessage.objects.claim("q", after=None, inclusive=True, until=None)
-                assert got is not None and got[0] == first
-                held.set()
-                done.wait(10)
-        finally:
-            from django.db import connections
-
-            connections.close_all()
-
-    thread = threading.Thread(target=other)
-    thread.start()
-    assert held.wait(10)
-    try:
-        with transaction.atomic():
-            got = QueuedMessage.objects.claim("q", after=None, inclusive=True, until=None)
-            assert got == (second, b"\x80")
-            assert (
-                QueuedMessage.objects.claim("q", after=second, inclusive=False, until=None) is None
-            )
-    finally:
-        done.set()
-        thread.join()
-
-
-def test_a_claim_starts_after_a_key_and_stops_at_until() -> None:
-    if connection.vendor == "sqlite":
-        pytest.skip("SELECT ... FOR UPDATE needs a database that locks rows")
-    first, second, third = put("q", "q", "q")
-    with transaction.atomic():
-        assert QueuedMessage.objects.claim("q", after=first, inclusive=True, until=None)[0] == first
-        assert (
-            QueuedMessage.objects.claim("q", after=first, inclusive=False, until=None)[0] == second
-        )
-        assert QueuedMessage.objects.claim("q", after=second, inclusive=False, until=second) is None
 
 
 def _index_definition(name: str) -> str:

@@ -1,5 +1,5 @@
 """What the drain needs to claim and settle one handed-over message: claims
-(`FOR UPDATE SKIP LOCKED` through the model's queryset), a row by key, the
+(`FOR UPDATE SKIP LOCKED`, one raw statement), a row by key, the
 settlements (rewrite, replace, drop), a queue's tail and row count, a
 read-only preview.
 
@@ -18,6 +18,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from django.db import DatabaseError, NotSupportedError, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
 
 from deadletter import signals
 from deadletter.conf import conf
@@ -31,6 +32,7 @@ from deadletter.queue.rows import (
     OnDrop,
     Queued,
     QueueingError,
+    common_message,
     delete_sql,
     insert_value,
     process_row,
@@ -233,14 +235,18 @@ def claim_failed_msg(
         raise transaction.TransactionManagementError("claim_failed_msg needs a transaction")
     if not can_claim_rows():
         raise NotSupportedError(f"{connection.vendor} cannot skip locked rows")
-    low = keys.queue_bounds(queue)[0]
+    low, high = keys.queue_bounds(queue)
     bound, inclusive = after, False
     rereads = 0
+    cutoff, max_row_bytes = age.cutoff_ns(), conf.MAX_ROW_BYTES
     while True:
-        row = _rows().claim(queue, after=bound, inclusive=inclusive, until=until, due_now=due_now)
+        row = _claim_row(connection, low, high, bound, inclusive, until, due_now)
         if row is None:
             return None
         key, value = row
+        msg = common_message(key, value, cutoff, max_row_bytes)
+        if msg is not None:
+            return tuple.__new__(Queued, (key, msg))
         outcome = process_row(connection, queue, low, key, value, on_drop=on_drop)
         if isinstance(outcome, Queued):
             return outcome
@@ -250,6 +256,29 @@ def claim_failed_msg(
             continue
         rereads = 0
         bound, inclusive = key, False
+
+
+def _claim_row(
+    connection: BaseDatabaseWrapper,
+    low: bytes,
+    high: bytes,
+    after: bytes | None,
+    inclusive: bool,
+    until: bytes | None,
+    due_now: bool,
+) -> tuple[bytes, bytes] | None:
+    """`(key, value)` of the oldest row of `[low, high)` from `after` on (included or
+    not; the range's start when None), up to `until`, locked for this transaction."""
+    if after is None or after < low:
+        after, inclusive = low, True
+    query = sql.claim_sql(
+        connection, sql.table(), inclusive=inclusive, until=until is not None, due_now=due_now
+    )
+    rows = sql.read(connection, query, (after, high) if until is None else (after, high, until))
+    if not rows:
+        return None
+    key, value = rows[0]
+    return bytes(key), bytes(value) if value is not None else b""
 
 
 def fetch_msg(key: bytes, *, on_drop: OnDrop | None = None) -> Queued | None:

@@ -375,6 +375,32 @@ def range_sql(
 _ranges: dict[tuple[Any, ...], str] = {}
 
 
+def claim_sql(
+    connection: BaseDatabaseWrapper,
+    table: str,
+    *,
+    inclusive: bool,
+    until: bool,
+    due_now: bool,
+) -> str:
+    """The claim: the first row of a key range from a key on (included or not), up to
+    a last key (included) when `until`, that no other transaction holds, locked
+    `FOR UPDATE SKIP LOCKED` (`can_skip_locked`). Parameters: the first key, the
+    range's end, and the last key when `until`. With `due_now`, only a row no
+    backoff holds back. One statement the driver runs as it is, where building the
+    same query through the ORM cost more than the database's answer."""
+    key = key_column(connection)
+    return statement(
+        connection,
+        "SELECT {key}, value FROM {table} WHERE {due}{key} {op} %s AND {key} < %s{last} "
+        "ORDER BY {key} LIMIT 1{for_update} SKIP LOCKED",
+        table=table,
+        op=">=" if inclusive else ">",
+        last=f" AND {key} <= %s" if until else "",
+        due="due_at IS NULL AND " if due_now else "",
+    )
+
+
 class KeyPages:
     """The one key-range page loop: pages of `[low, high)` in key order, each read
     whole by `read(inclusive, after, high)` as `ORDER BY key LIMIT size` after the last
