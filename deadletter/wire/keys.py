@@ -97,7 +97,7 @@ def make_key(queue: str | bytes, time_ns: int, seq: int) -> bytes:
     prefix = queue if isinstance(queue, bytes) else encode_queue_name(queue)
     if not 0 <= time_ns < _U64 or not 0 <= seq < _U64:
         raise ValueError("key time and seq must fit in an unsigned 64-bit integer")
-    return prefix + SEPARATOR + time_ns.to_bytes(8, "big") + seq.to_bytes(8, "big")
+    return prefix + SEPARATOR + _TIME_AND_SEQ(time_ns, seq)
 
 
 def parse_key(key: bytes) -> ParsedKey:
@@ -181,16 +181,13 @@ class KeyGenerator:
         self._seq = secrets.randbelow(1 << 62)
 
     def next(self, queue: str | bytes, now_ns: int | None = None) -> bytes:
-        prefix = queue if isinstance(queue, bytes) else encode_queue_name(queue)
         with self._lock:
             now = time.time_ns() if now_ns is None else now_ns
             if now > self._last_ns:
                 self._last_ns = now
             self._seq = seq = (self._seq + _SEQ_STRIDE) % _U64
             last = self._last_ns
-        if not 0 <= last < _U64:
-            raise ValueError("key time and seq must fit in an unsigned 64-bit integer")
-        return prefix + SEPARATOR + _TIME_AND_SEQ(last, seq)
+        return make_key(queue, last, seq)
 
 
 _generator = KeyGenerator()
