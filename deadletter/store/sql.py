@@ -275,11 +275,10 @@ def read(connection: BaseDatabaseWrapper, sql: str, params: Any) -> list[tuple[A
 
 
 def _driver_cursor(connection: BaseDatabaseWrapper) -> Any:
-    """A cursor of the driver's own connection, connecting first as Django's cursor
-    would; `ensure_connection` also refuses an event loop's thread as Django does
-    (`SynchronousOnlyOperation`), so it is asked whenever a loop runs here."""
+    """A cursor of the driver's own connection, after Django's connection check
+    whenever it must run (`_django_must_check`)."""
     raw = connection.connection
-    if raw is None or _running_loop() is not None:
+    if _django_must_check(connection):
         connection.ensure_connection()
         raw = connection.connection
     try:
@@ -298,9 +297,16 @@ def _close(cursor: Any) -> None:
 
 def autocommit(connection: BaseDatabaseWrapper) -> bool:
     """`connection.get_autocommit()`, without its connection check once connected."""
-    if connection.connection is None or _running_loop() is not None:
+    if _django_must_check(connection):
         return connection.get_autocommit()
     return connection.autocommit
+
+
+def _django_must_check(connection: BaseDatabaseWrapper) -> bool:
+    """Whether Django's own connection check must run first: not connected yet
+    (it connects), or an event loop runs in this thread (it refuses, with
+    `SynchronousOnlyOperation`). Otherwise the check would only cost time."""
+    return connection.connection is None or _running_loop() is not None
 
 
 _running_loop = asyncio._get_running_loop
