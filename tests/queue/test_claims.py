@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import threading
-
 import pytest
-from django.db import connection, connections, transaction
+from django.db import connection, transaction
 
 from deadletter.queue import claim_failed_msg
+from tests.drain.drain_harness import claim_held_by_another_thread
 from tests.factories import park
 
 pytestmark = [
@@ -20,29 +19,11 @@ pytestmark = [
 
 def test_a_claim_skips_the_row_another_transaction_holds() -> None:
     first, second = park("first", "second")
-    held, done = threading.Event(), threading.Event()
-
-    def other() -> None:
-        try:
-            with transaction.atomic():
-                got = claim_failed_msg("q")
-                assert got is not None and got.key == first
-                held.set()
-                done.wait(10)
-        finally:
-            connections.close_all()
-
-    thread = threading.Thread(target=other)
-    thread.start()
-    assert held.wait(10)
-    try:
-        with transaction.atomic():
-            got = claim_failed_msg("q")
-            assert got is not None and (got.key, got.msg.subject) == (second, "second")
-            assert claim_failed_msg("q", after=second) is None
-    finally:
-        done.set()
-        thread.join()
+    with claim_held_by_another_thread("q") as held, transaction.atomic():
+        assert held == first
+        got = claim_failed_msg("q")
+        assert got is not None and (got.key, got.msg.subject) == (second, "second")
+        assert claim_failed_msg("q", after=second) is None
 
 
 def test_a_claim_starts_after_a_key_and_stops_at_until() -> None:
