@@ -53,7 +53,27 @@ def check_settings(
             check_id="deadletter.E009",
         )
     )
+    errors.extend(
+        _problem_error(
+            api_queues_problem(conf.raw("API_QUEUES")),
+            hint='For example DEADLETTER_API_QUEUES = ["webhooks", "mail-*"] (shell-style '
+            "patterns of the queue names the REST API may park into); None allows any.",
+            check_id="deadletter.E017",
+        )
+    )
     return errors
+
+
+def api_queues_problem(value: Any) -> str | None:
+    """What is wrong with `DEADLETTER_API_QUEUES` (E017), or None."""
+    if value is None:
+        return None
+    if not isinstance(value, list | tuple) or not all(isinstance(p, str) and p for p in value):
+        return (
+            "DEADLETTER_API_QUEUES must be None or a list of non-empty shell-style "
+            f"patterns, got {value!r}"
+        )
+    return None
 
 
 def _problem_error(problem: str | None, *, hint: str, check_id: str) -> list[checks.CheckMessage]:

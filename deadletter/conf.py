@@ -40,6 +40,7 @@ _DEFAULTS: dict[str, Any] = {
     "EVENT_CODES": {},
     "CELERY_EXCLUDE": (),
     "CELERY_EXCEPTIONS": None,
+    "API_QUEUES": None,
 }
 _PREFIX = "DEADLETTER_"
 _cache: dict[str, Any] = {}
@@ -158,6 +159,13 @@ class Settings:
     def MAX_MESSAGE_BYTES(self) -> int:
         """The largest body the REST API takes to park (a 400 beyond it)."""
         return int(_read("MAX_MESSAGE_BYTES"))
+
+    @property
+    def API_QUEUES(self) -> tuple[str, ...] | None:
+        """Shell-style patterns (`fnmatch`) of the queue names the REST API may park
+        into; None: any name."""
+        patterns = _read("API_QUEUES")
+        return None if patterns is None else tuple(patterns)
 
     @property
     def CAPTURE_TASKS(self) -> bool:

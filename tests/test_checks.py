@@ -247,3 +247,14 @@ def test_manage_py_check_reports_the_sqlite_checks_with_database_and_the_api_alw
 def test_e016_event_codes_are_a_dict_of_int_to_name(settings: Any, codes: Any) -> None:
     settings.DEADLETTER_EVENT_CODES = codes
     assert ids(check_settings()) == ["deadletter.E016"]
+
+
+@pytest.mark.parametrize("patterns", ["mail-*", ["mail-*", ""], [3], {"mail-*": True}])
+def test_e017_api_queues_is_none_or_a_list_of_patterns(settings: Any, patterns: Any) -> None:
+    settings.DEADLETTER_API_QUEUES = patterns
+    assert ids(check_settings()) == ["deadletter.E017"]
+
+
+def test_e017_accepts_a_list_of_patterns(settings: Any) -> None:
+    settings.DEADLETTER_API_QUEUES = ["mail-*", "webhooks"]
+    assert check_settings() == []

@@ -15,6 +15,7 @@ def test_unset_settings_have_their_defaults() -> None:
     assert conf.MAX_QUEUE_AGE == DEFAULT_MAX_QUEUE_AGE
     assert conf.DATABASE == "default"
     assert conf.MAX_ATTEMPTS is None
+    assert conf.API_QUEUES is None
 
 
 def test_an_overridden_setting_is_read_at_once_and_forgotten_after() -> None:
