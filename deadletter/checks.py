@@ -23,12 +23,29 @@ def check_settings(
 ) -> list[checks.CheckMessage]:
     errors: list[checks.CheckMessage] = []
     age = conf.MAX_QUEUE_AGE
-    if not isinstance(age, timedelta) or age <= timedelta(0):
+    if not isinstance(age, timedelta) or not timedelta(0) < age <= MAX_QUEUE_AGE_LIMIT:
         errors.append(
             checks.Error(
-                f"DEADLETTER_MAX_QUEUE_AGE must be a positive timedelta, got {age!r}.",
+                "DEADLETTER_MAX_QUEUE_AGE must be a positive timedelta of at most "
+                f"{MAX_QUEUE_AGE_LIMIT.days:,} days (2**63 - 1 nanoseconds: the age rule "
+                f"counts in 64-bit nanoseconds, as Go's time.Duration does), got {age!r}.",
                 hint="For example DEADLETTER_MAX_QUEUE_AGE = timedelta(days=30).",
                 id="deadletter.E001",
+            )
+        )
+    row_bytes = conf.raw("MAX_ROW_BYTES")
+    if (
+        not isinstance(row_bytes, int)
+        or isinstance(row_bytes, bool)
+        or not 0 < row_bytes <= MAX_ROW_BYTES_LIMIT
+    ):
+        errors.append(
+            checks.Error(
+                "DEADLETTER_MAX_ROW_BYTES must be a whole number of bytes from 1 to "
+                f"{MAX_ROW_BYTES_LIMIT:,} (2**63 - 1: row sizes are compared in 64 bits), "
+                f"got {row_bytes!r}.",
+                hint="Leave it unset for 4 MiB, or set e.g. DEADLETTER_MAX_ROW_BYTES = 8 * 2**20.",
+                id="deadletter.E018",
             )
         )
     errors.extend(_check_database())
@@ -74,6 +91,12 @@ def api_queues_problem(value: Any) -> str | None:
             f"patterns, got {value!r}"
         )
     return None
+
+
+# The largest limits a signed 64-bit count holds (Go's time.Duration, the C speed-up's
+# comparisons): beyond them a value is a mistake, not a limit.
+MAX_QUEUE_AGE_LIMIT = timedelta(microseconds=(2**63 - 1) // 1000)
+MAX_ROW_BYTES_LIMIT = 2**63 - 1
 
 
 def _problem_error(problem: str | None, *, hint: str, check_id: str) -> list[checks.CheckMessage]:

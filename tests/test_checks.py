@@ -29,6 +29,37 @@ def test_e001_max_queue_age_must_be_a_positive_timedelta(settings: Any) -> None:
     assert ids(check_settings()) == ["deadletter.E001"]
 
 
+@pytest.mark.parametrize("age", [timedelta(days=106_752), timedelta(days=127_500), timedelta.max])
+def test_e001_max_queue_age_past_64_bit_nanoseconds_names_the_largest_allowed(
+    settings: Any, age: timedelta
+) -> None:
+    settings.DEADLETTER_MAX_QUEUE_AGE = age
+    (error,) = check_settings()
+    assert error.id == "deadletter.E001"
+    assert "at most 106,751 days" in error.msg
+
+
+def test_e001_the_largest_max_queue_age_passes(settings: Any) -> None:
+    settings.DEADLETTER_MAX_QUEUE_AGE = timedelta(microseconds=(2**63 - 1) // 1000)
+    assert check_settings() == []
+
+
+@pytest.mark.parametrize("limit", [2**63, 0, -1, "4MB", 4.0 * 2**20, True])
+def test_e018_max_row_bytes_must_be_a_whole_number_from_1_to_2_63_minus_1(
+    settings: Any, limit: Any
+) -> None:
+    settings.DEADLETTER_MAX_ROW_BYTES = limit
+    (error,) = check_settings()
+    assert error.id == "deadletter.E018"
+    assert "9,223,372,036,854,775,807" in error.msg
+
+
+@pytest.mark.parametrize("limit", [1, 2**63 - 1])
+def test_e018_row_limits_within_64_bits_pass(settings: Any, limit: int) -> None:
+    settings.DEADLETTER_MAX_ROW_BYTES = limit
+    assert check_settings() == []
+
+
 def test_e002_a_handler_path_that_does_not_import(settings: Any) -> None:
     settings.DEADLETTER_HANDLERS = {"q": "project.demo.handlers.no_such_handler"}
     (error,) = check_handlers()

@@ -130,7 +130,27 @@ _speedups = _set_up_speedups()
 _go_message: Callable[[Any], Message | None] | None = _speedups and _speedups.go_message
 _go_encode: Callable[[Message, int | None], bytes | None] | None = _speedups and _speedups.go_encode
 _go_decode: Callable[[bytes], Message | None] | None = _speedups and _speedups.go_decode
-read_rows: Callable[..., tuple[list[Any], int]] | None = _speedups and _speedups.read_rows
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
+def _read_rows_in_c(
+    rows: Sequence[Any], start: int, stop: int, cutoff_ns: int, max_row_bytes: int, pair: type
+) -> tuple[list[Any], int]:
+    """The C reading with its two limits held to the 64 bits C compares in, which
+    changes nothing it finds: no message's time lies before the earliest 64-bit
+    instant and no row is larger than the largest 64-bit size. A cutoff past the
+    latest instant expires every message, which the Python rules then apply."""
+    if cutoff_ns > _INT64_MAX:
+        return [], start
+    cutoff_ns = max(cutoff_ns, _INT64_MIN)
+    max_row_bytes = min(max(max_row_bytes, _INT64_MIN), _INT64_MAX)
+    found: tuple[list[Any], int] = _speedups.read_rows(
+        rows, start, stop, cutoff_ns, max_row_bytes, pair
+    )
+    return found
+
+
+read_rows: Callable[..., tuple[list[Any], int]] | None = _speedups and _read_rows_in_c
 """The C reading of a page's common rows (`queue.rows.common_messages`), or None."""
 
 
