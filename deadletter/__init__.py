@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from deadletter.exceptions import DeadletterError, PermanentFailure
+from deadletter.exceptions import DeadletterError, NeedsOperator, PermanentFailure
 
 __all__ = [
     "MAX_QUEUE_AGE",
@@ -18,6 +18,7 @@ __all__ = [
     "GoOnlyTime",
     "GoTime",
     "Message",
+    "NeedsOperator",
     "PermanentFailure",
     "Queued",
     "QueueingError",

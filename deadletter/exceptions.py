@@ -7,3 +7,9 @@ class DeadletterError(Exception):
 
 class PermanentFailure(DeadletterError):  # noqa: N818  (the name says what the handler means)
     """Raised by a handler for a message that can never be delivered: drop it, don't retry."""
+
+
+class NeedsOperator(DeadletterError):  # noqa: N818  (the name says what the handler means)
+    """Raised by a handler that cannot act on this message until an operator does something
+    (a task this process does not know, a seal that no longer verifies, arguments that cannot
+    be sent): the drain keeps the row, saying why, and never drops it on that ground."""

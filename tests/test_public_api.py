@@ -28,6 +28,7 @@ PUBLIC = [
     "adequeue",
     "aremove_msg",
     "PermanentFailure",
+    "NeedsOperator",
     "QueueingError",
     "DeadletterError",
     "MAX_QUEUE_AGE",

@@ -239,7 +239,7 @@ class QueuedMessageAdmin(admin.ModelAdmin):
 
         def log(key: bytes, outcome: drain.Outcome) -> None:
             text = f"Retried: {RETRY_OUTCOMES.get(outcome, str(outcome))}"
-            if outcome is drain.Outcome.FAILED:
+            if outcome in (drain.Outcome.FAILED, drain.Outcome.HELD):
                 error = rows.last_error(_current(key))
                 text += f": {error[: rows.ERROR_SHOWN]}" if error else ""
             self.log_change(request, QueuedMessage(key=HexKey(key)), text)
@@ -363,6 +363,7 @@ RETRY_OUTCOMES = {
     drain.Outcome.DELIVERED: "delivered",
     drain.Outcome.REQUEUED: "partly delivered, the rest parked again",
     drain.Outcome.FAILED: "failed",
+    drain.Outcome.HELD: "kept for an operator",
     drain.Outcome.PERMANENT: "dropped (permanent failure)",
     drain.Outcome.MAX_ATTEMPTS: "dropped (max attempts)",
     drain.Outcome.EXPIRED: "dropped (expired)",
@@ -380,8 +381,10 @@ def retried_text(report: drain.DrainReport) -> str:
     text = (
         f"Retried {report.handled} message(s): {report.delivered} delivered, "
         f"{report.requeued} partly delivered, {report.failed} still failing, "
-        f"{sum(report.dropped.values())} dropped."
+        f"{report.held} kept for an operator, {sum(report.dropped.values())} dropped."
     )
+    if report.held:
+        text += " A message kept for an operator says why in its last error."
     if report.stopped_by == "hung handlers":
         text += (
             f" No handler was started after that: {drain.hung_handlers()} handler(s) that "
@@ -392,4 +395,5 @@ def retried_text(report: drain.DrainReport) -> str:
 
 def retried_level(report: drain.DrainReport) -> int:
     hung = report.stopped_by == "hung handlers"
-    return messages.WARNING if report.failed or report.errors or hung else messages.SUCCESS
+    trouble = report.failed or report.held or report.errors
+    return messages.WARNING if trouble or hung else messages.SUCCESS

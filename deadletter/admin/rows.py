@@ -24,6 +24,7 @@ from django.utils.timezone import localtime
 
 from deadletter.conf import conf
 from deadletter.drain import ATTEMPTS_KEY, LAST_ERROR_KEY
+from deadletter.drain.outcomes import is_held
 from deadletter.models import QueuedMessage
 from deadletter.queue import age as age_rule
 from deadletter.queue import browse
@@ -33,6 +34,7 @@ from deadletter.wire.gotime import GoOnlyTime, GoTime
 from deadletter.wire.messages import Message
 
 EMPTY = "—"
+NEEDS_OPERATOR = "needs an operator"
 FUTURE = "in the future"
 ERROR_SHOWN = 80
 
@@ -202,11 +204,21 @@ def clipped(text: str, break_before: str = "") -> SafeString | str:
 
 
 def short_error(text: str) -> SafeString | str:
-    """The error cut to one table cell; the full text on hover."""
+    """The error cut to one table cell; the full text on hover. A message kept for
+    an operator says so first (`NEEDS_OPERATOR`)."""
     if not text:
         return EMPTY
     shown = text if len(text) <= ERROR_SHOWN else text[: ERROR_SHOWN - 1] + "…"
-    return format_html('<span class="dl-error" title="{}">{}</span>', text, shown)
+    cell = format_html('<span class="dl-error" title="{}">{}</span>', text, shown)
+    return format_html("{}{}", held_marker(text), cell)
+
+
+def held_marker(error: str | None) -> SafeString | str:
+    """`NEEDS_OPERATOR` as a marker before a `LastError` that says its message
+    waits for an operator (no drain drops it on that ground); "" otherwise."""
+    if not is_held(error):
+        return ""
+    return format_html('<strong class="dl-held">{}</strong><br>', NEEDS_OPERATOR)
 
 
 def now() -> datetime:
@@ -272,7 +284,8 @@ def message_rows(msg: Message) -> Iterable[tuple[str, Any]]:
     yield "first failure (queued at)", render_time(msg.queued_at)
     yield "timestamp", render_time(msg.timestamp)
     yield "attempts", attempts(msg)
-    yield "last error", last_error(msg) or EMPTY
+    error = last_error(msg)
+    yield "last error", format_html("{}{}", held_marker(error), error) if error else EMPTY
     yield "descriptions", value_html(msg.descriptions)
     yield "fields", value_html(msg.fields)
     yield "skip recipients", value_html(msg.skip_recipients)

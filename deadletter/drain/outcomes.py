@@ -14,9 +14,9 @@ from typing import Any
 
 from deadletter import queue
 from deadletter.drain.handlers import Handler
-from deadletter.drain.policy import Policy
+from deadletter.drain.policy import Policy, held_wait
 from deadletter.drain.timeouts import HungHandlers, call_within
-from deadletter.exceptions import PermanentFailure
+from deadletter.exceptions import NeedsOperator, PermanentFailure
 from deadletter.queue import ATTEMPTS_KEY, LAST_ERROR_KEY, DropReason
 from deadletter.wire import keys
 from deadletter.wire.messages import Message
@@ -24,11 +24,14 @@ from deadletter.wire.messages import Message
 __all__ = [
     "ATTEMPTS_KEY",
     "DROP_REASONS",
+    "HELD_MARK",
     "LAST_ERROR_KEY",
     "LAST_ERROR_LIMIT",
     "DrainReport",
     "Outcome",
     "deliver",
+    "held_error",
+    "is_held",
     "last_error",
 ]
 
@@ -36,12 +39,16 @@ logger = logging.getLogger("deadletter")
 
 LAST_ERROR_LIMIT = 1024
 DROP_REASONS = tuple(str(reason) for reason in DropReason)
+HELD_MARK = f"{NeedsOperator.__name__}: "
+"""How `LastError` starts for a message kept for an operator, whatever the
+subclass of `NeedsOperator` raised: what the admin and the causes go by."""
 
 
 class Outcome(enum.StrEnum):
     DELIVERED = "delivered"
     REQUEUED = "requeued"
     FAILED = "failed"
+    HELD = "held"
     PERMANENT = "permanent"
     MAX_ATTEMPTS = "max_attempts"
     EXPIRED = "expired"
@@ -64,6 +71,9 @@ def deliver(
       at the tail (one transaction; `queued_at` kept from the original, since
       it anchors the age limit);
     * raises `PermanentFailure`: the row is dropped;
+    * raises `NeedsOperator`: the row is kept for an operator, whatever the
+      attempts limit: `LastError` says why (`HELD_MARK` first), `Attempts` is
+      raised, and no drain hands it over again before `policy.held_wait`;
     * raises anything else: the row stays under its key with `Attempts` raised
       and `LastError` recorded, or is dropped once `max_attempts` is reached;
       under `policy`'s backoff it is not due again before the wait is over.
@@ -103,6 +113,8 @@ def deliver(
             Outcome.PERMANENT,
             lambda: queue.drop_msg(item.key, item.msg, DropReason.PERMANENT),
         )
+    except NeedsOperator as exc:
+        return _held(item, exc, policy)
     except HungHandlers:
         raise
     except Exception as exc:
@@ -153,6 +165,23 @@ def _failed(
     return Outcome.FAILED
 
 
+def _held(item: queue.Queued, exc: NeedsOperator, policy: Policy | None) -> Outcome:
+    attempts = item.attempts + 1
+    error = held_error(exc)
+    extra = {**item.msg.extra, ATTEMPTS_KEY: attempts, LAST_ERROR_KEY: error}
+    due_at = datetime.now(UTC) + timedelta(seconds=held_wait(policy, attempts))
+    logger.warning(
+        "message kept for an operator queue=%s key=%s attempts=%s error=%s due_at=%s",
+        keys.queue_of(item.key),
+        item.key.hex(),
+        attempts,
+        error,
+        due_at.isoformat(),
+    )
+    msg = item.msg.replace(extra=extra)
+    return _settle(item, Outcome.HELD, lambda: queue.rewrite_msg(item.key, msg, due_at=due_at))
+
+
 def _settle(item: queue.Queued, outcome: Outcome, write: Callable[[], object]) -> Outcome:
     """Apply an outcome's row change; if it cannot be written the row stays as
     it was, to be handed over again: the message counts as still failed."""
@@ -166,7 +195,21 @@ def _settle(item: queue.Queued, outcome: Outcome, write: Callable[[], object]) -
 
 def last_error(exc: BaseException) -> str:
     """`ExcClass: message`, cut to `LAST_ERROR_LIMIT` UTF-8 bytes on a character boundary."""
-    text = f"{type(exc).__name__}: {exc}"
+    return _cut(f"{type(exc).__name__}: {exc}")
+
+
+def held_error(exc: NeedsOperator) -> str:
+    """The `LastError` of a message kept for an operator: `HELD_MARK` and why, cut
+    as `last_error` cuts."""
+    return _cut(f"{HELD_MARK}{exc}")
+
+
+def is_held(error: str | None) -> bool:
+    """Whether a `LastError` says its message waits for an operator (`held_error`)."""
+    return isinstance(error, str) and error.startswith(HELD_MARK)
+
+
+def _cut(text: str) -> str:
     raw = text.encode("utf-8", errors="replace")
     if len(raw) <= LAST_ERROR_LIMIT:
         return text
@@ -175,13 +218,15 @@ def last_error(exc: BaseException) -> str:
 
 @dataclasses.dataclass
 class DrainReport:
-    """What one run did; `exit_code` is the command's: 1 when a message stayed failed."""
+    """What one run did; `exit_code` is the command's: 1 when a message stayed failed
+    or was kept for an operator (`held`)."""
 
     queues: list[str]
     workers: int = 1
     delivered: int = 0
     requeued: int = 0
     failed: int = 0
+    held: int = 0
     dropped: dict[str, int] = dataclasses.field(
         default_factory=lambda: dict.fromkeys(DROP_REASONS, 0)
     )
@@ -204,13 +249,14 @@ class DrainReport:
             self.delivered
             + self.requeued
             + self.failed
+            + self.held
             + self.dropped["permanent"]
             + self.dropped["max_attempts"]
         )
 
     @property
     def exit_code(self) -> int:
-        return 1 if self.failed or self.errors or self.paused else 0
+        return 1 if self.failed or self.held or self.errors or self.paused else 0
 
     def pause(self, queue: str) -> None:
         if queue not in self.paused:
@@ -228,11 +274,13 @@ class DrainReport:
             self.requeued += 1
         elif outcome is Outcome.FAILED:
             self.failed += 1
+        elif outcome is Outcome.HELD:
+            self.held += 1
         else:
             self.dropped[str(outcome)] += 1
 
     def merge(self, other: Mapping[str, Any]) -> None:
-        for name in ("delivered", "requeued", "failed", "errors"):
+        for name in ("delivered", "requeued", "failed", "held", "errors"):
             setattr(self, name, getattr(self, name) + int(other.get(name, 0)))
         for reason, count in other.get("dropped", {}).items():
             self.dropped[reason] = self.dropped.get(reason, 0) + int(count)
@@ -249,6 +297,7 @@ class DrainReport:
             "requeued": self.requeued,
             "dropped": dict(self.dropped),
             "failed": self.failed,
+            "held": self.held,
             "errors": self.errors,
             "elapsed": round(self.elapsed, 3),
             "rate": round(self.handled / self.elapsed, 1) if self.elapsed > 0 else None,

@@ -16,18 +16,25 @@ from typing import Any
 from deadletter.conf import conf
 
 __all__ = [
+    "HELD_WAIT",
     "POLICY_KEYS",
     "Policy",
     "PolicyProblem",
     "backoff_problem",
     "breaker_problem",
     "handler_path",
+    "held_wait",
     "policy_of",
     "policy_problems",
 ]
 
 POLICY_KEYS = ("handler", "max_attempts", "backoff", "breaker")
 JITTER = 0.1  # a backoff's wait is spread by up to this share either way
+HELD_WAIT = 3600.0
+"""Seconds a message kept for an operator (`NeedsOperator`) waits before a drain
+hands it over again when its queue has no backoff: an operator's fix (a deploy,
+a key back in SECRET_KEY_FALLBACKS) takes a while, and `--forever` must not ask
+every pass. The admin's Retry now does not wait."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -66,6 +73,13 @@ class PolicyProblem:
 
     def __str__(self) -> str:
         return self.detail
+
+
+def held_wait(policy: Policy | None, attempts: int) -> float:
+    """Seconds before a message kept for an operator, now at `attempts`, is handed
+    over again: its queue's backoff (so the wait grows), else `HELD_WAIT`."""
+    wait = policy.wait_seconds(attempts) if policy is not None else None
+    return HELD_WAIT if wait is None else wait
 
 
 def handler_path(value: Any) -> Any:

@@ -18,7 +18,7 @@ import cbor2
 from django.conf import settings
 from django.utils.crypto import constant_time_compare, salted_hmac
 
-from deadletter.exceptions import DeadletterError, PermanentFailure
+from deadletter.exceptions import DeadletterError, NeedsOperator
 
 __all__ = [
     "ReservedKey",
@@ -113,12 +113,14 @@ class Seal:
         )
 
     def require(self, extra: Mapping[str, Any], refused: str) -> None:
-        """`check`, as a drain handler needs it: a broken seal is a `PermanentFailure`
-        (the message can never be acted on) saying `refused` and why."""
+        """`check`, as a drain handler needs it: a broken seal is `NeedsOperator`
+        saying `refused` and why. Never a drop: a seal made under a key since
+        rotated out verifies again once the key is back in SECRET_KEY_FALLBACKS,
+        and a forged message is never acted on while it waits for an operator."""
         try:
             self.check(extra)
         except SealBroken as exc:
-            raise PermanentFailure(f"refused to redrive, {refused}: {exc}") from exc
+            raise NeedsOperator(f"refused to redrive, {refused}: {exc}") from exc
 
     def _payload(self, extra: Mapping[str, Any]) -> bytes:
         return canonical({field: extra[field] for field in self.fields if field in extra})

@@ -26,6 +26,14 @@ def flaky(self, fixed_flag: str, record: str, *, label: str = "") -> str:
 
 
 @shared_task
+def keeps_numbers(fixed_flag: str, record: str, numbers: list[int], *, big: int = 0) -> None:
+    """Notes its integers as it received them; fails until `fixed_flag` exists."""
+    note(record, repr((numbers, big)))
+    if not Path(fixed_flag).exists():
+        raise ConnectionError("endpoint down")
+
+
+@shared_task
 def succeeds(record: str) -> int:
     note(record, "ok")
     return 1

@@ -5,16 +5,19 @@ test_contrib_celery_broker.py."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from celery import Celery
 from django.contrib.auth.models import Permission, User
 from django.core.checks import run_checks
 
-from deadletter import PermanentFailure
-from deadletter.contrib.celery import capture, redrive
-from deadletter.queue import fetch_failed_msgs, seals, store_failed_msgs
+from deadletter import NeedsOperator, drain
+from deadletter.contrib.celery import capture, redrive, redriving
+from deadletter.drain.outcomes import is_held
+from deadletter.queue import fetch_failed_msgs, rewrite_msg, seals, store_failed_msgs
 from deadletter.wire.messages import Message
 from tests.contrib import celery_jobs
 
@@ -106,7 +109,7 @@ def test_arguments_the_queue_cannot_hold_are_recorded_and_the_message_never_sent
     (msg,) = parked()
     assert capture.TASK_ARGS not in msg.extra
     assert "not storable" in msg.extra[capture.TASK_ARGS_CUT]["Why"]
-    with pytest.raises(PermanentFailure, match="not kept at park time"):
+    with pytest.raises(NeedsOperator, match="not kept at park time"):
         redrive(msg)
 
 
@@ -169,16 +172,77 @@ def test_a_forged_message_is_refused_and_nothing_is_sent(record: str) -> None:
     )
     store_failed_msgs(QUEUE, forged)
     (msg,) = parked()
-    with pytest.raises(PermanentFailure, match="refused to redrive, nothing sent"):
+    with pytest.raises(NeedsOperator, match="refused to redrive, nothing sent"):
         redrive(msg)
     assert runs(record) == []
 
 
-def test_a_task_the_app_no_longer_registers_is_a_permanent_failure(
-    record: str, tmp_path: Path
+def test_a_task_this_process_does_not_register_is_kept_for_an_operator_never_dropped(
+    record: str, tmp_path: Path, settings: Any
 ) -> None:
+    settings.DEADLETTER_MAX_ATTEMPTS = 1
     celery_jobs.flaky.apply(args=(str(tmp_path / "fixed"), record))
-    (msg,) = parked()
-    extra = capture.SEAL.sealed({**msg.extra, capture.TASK: "tests.contrib.celery_jobs.gone"})
-    with pytest.raises(PermanentFailure, match="no longer registered"):
-        redrive(msg.replace(extra=extra))
+    [item] = fetch_failed_msgs(QUEUE)
+    extra = capture.SEAL.sealed({**item.msg.extra, capture.TASK: "tests.contrib.celery_jobs.gone"})
+    rewrite_msg(item.key, item.msg.replace(extra=extra))
+
+    report = drain.redeliver([item.key])
+
+    assert (report.held, report.dropped["permanent"], report.dropped["max_attempts"]) == (1, 0, 0)
+    [kept] = fetch_failed_msgs(QUEUE)
+    assert kept.key == item.key and is_held(kept.last_error)
+    assert "tests.contrib.celery_jobs.gone is not registered" in str(kept.last_error)
+
+
+def test_a_task_sealed_under_a_secret_key_rotated_out_is_kept_saying_why(
+    record: str, tmp_path: Path, settings: Any
+) -> None:
+    settings.SECRET_KEY = "the-key-it-was-parked-under"
+    celery_jobs.flaky.apply(args=(str(tmp_path / "fixed"), record))
+    [item] = fetch_failed_msgs(QUEUE)
+    settings.SECRET_KEY, settings.SECRET_KEY_FALLBACKS = "the-key-in-use-now", []
+
+    report = drain.redeliver([item.key])
+
+    assert (report.held, report.dropped["permanent"]) == (1, 0)
+    [kept] = fetch_failed_msgs(QUEUE)
+    assert (kept.key, kept.attempts) == (item.key, 1)
+    assert is_held(kept.last_error) and "SECRET_KEY_FALLBACKS" in str(kept.last_error)
+
+
+def test_retry_now_in_the_admin_keeps_a_task_it_cannot_redrive_and_shows_why(
+    record: str, tmp_path: Path, settings: Any, client: Any, admin_user: Any
+) -> None:
+    settings.SECRET_KEY = "the-key-it-was-parked-under"
+    celery_jobs.flaky.apply(args=(str(tmp_path / "fixed"), record))
+    [item] = fetch_failed_msgs(QUEUE)
+    settings.SECRET_KEY, settings.SECRET_KEY_FALLBACKS = "the-key-in-use-now", []
+    admin_client = client
+    admin_client.force_login(admin_user)  # a session of the key in use now
+    page = f"/admin/deadletter/queuedmessage/{item.key.hex()}/change/"
+
+    retried = admin_client.post(
+        f"/admin/deadletter/queuedmessage/{item.key.hex()}/retry/", follow=True
+    )
+
+    assert retried.redirect_chain[-1][0].endswith(page)
+    text = retried.content.decode()
+    assert "1 kept for an operator" in text and "needs an operator" in text
+    assert "SECRET_KEY_FALLBACKS" in text
+    listing = admin_client.get("/admin/deadletter/queuedmessage/", {"queue": QUEUE})
+    assert "needs an operator" in listing.content.decode()
+    assert [i.key for i in fetch_failed_msgs(QUEUE)] == [item.key]
+
+
+def test_the_task_modules_are_loaded_as_a_worker_loads_them_before_a_lookup(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delitem(sys.modules, "tests.contrib.celery_discovered.tasks", raising=False)
+    app = Celery("discovering", set_as_current=False)
+    app.autodiscover_tasks(["tests.contrib.celery_discovered"])
+    name = "tests.contrib.celery_discovered.tasks.found_by_autodiscovery"
+    before = name in app.tasks
+
+    problem = redriving.load_task_modules(app)
+
+    assert (before, problem, name in app.tasks) == (False, None, True)

@@ -3,16 +3,16 @@ transport) and a real worker process: parked once after the last retry, nothing
 for a success, redriven by `manage.py deadletter_drain` to a worker that runs it
 with the same arguments, and a worker killed mid-task parks it once.
 
-Each test has its own Celery queue, so runs side by side never share one. A
-broker that is down skips these tests on a developer's machine and fails them
-in CI (`DEADLETTER_REQUIRE_BROKERS` set by .ci/run), where both run."""
+Each test has its own Celery queue, so runs side by side never share one; the
+brokers' URLs come from the environment (`tests.contrib.brokers`). A broker
+that is down skips these tests on a developer's machine and fails them in CI
+(`DEADLETTER_REQUIRE_BROKERS` set by .ci/run), where both run."""
 
 from __future__ import annotations
 
 import itertools
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,27 +26,17 @@ from celery import Celery
 from deadletter.contrib.celery import capture
 from deadletter.queue import fetch_failed_msgs
 from deadletter.wire.messages import Message
+from tests.contrib.brokers import BROKERS, reachable
 from tests.factories import REPO
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
-BROKERS = {
-    "rabbitmq": ("amqp://guest:guest@127.0.0.1:5672//", 5672),
-    "redis": ("redis://127.0.0.1:6379/0", 6379),
-}
 _numbers = itertools.count()
 
 
 @pytest.fixture(params=sorted(BROKERS))
 def broker(request: pytest.FixtureRequest) -> str:
-    url, port = BROKERS[request.param]
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=2).close()
-    except OSError as exc:
-        if os.environ.get("DEADLETTER_REQUIRE_BROKERS"):
-            pytest.fail(f"{request.param} at 127.0.0.1:{port} is down: {exc}")
-        pytest.skip(f"{request.param} at 127.0.0.1:{port} is down")
-    return url
+    return reachable(request.param)
 
 
 @pytest.fixture
@@ -137,7 +127,7 @@ def drain(
 ) -> subprocess.CompletedProcess[str]:
     (tmp_path / "redrive_settings.py").write_text(
         "from project.settings import *  # noqa: F403\n"
-        "import tests.contrib.celery_jobs  # noqa: F401  (the project's tasks, registered)\n"
+        "CELERY_IMPORTS = ['tests.contrib.celery_jobs']  # Celery's own setting; never imported\n"
         f"DEADLETTER_HANDLERS = {{{name!r}: 'deadletter.contrib.celery.redrive'}}\n"
     )
     return subprocess.run(
@@ -209,3 +199,25 @@ def test_a_worker_killed_mid_task_parks_the_task_once_when_it_fails_after_the_re
     time.sleep(2)  # nothing more comes
     assert runs(record) == ["start", "start"]
     assert len(parked(name)) == 1
+
+
+def test_integers_beyond_64_bits_come_back_to_the_worker_as_the_same_integers(
+    start_worker: Callable[[], Worker],
+    client: Callable[..., str],
+    celery_queue: str,
+    broker: str,
+    subprocess_env: dict[str, str],
+    tmp_path: Path,
+) -> None:
+    worker = start_worker()
+    record, fixed = tmp_path / "record.txt", tmp_path / "fixed"
+    numbers = [2**64, -(2**70), 10**30, 2**63 - 1]
+    client("keeps_numbers", str(fixed), str(record), numbers, big=2**100 + 1)
+    wait_for(lambda: parked(capture.queue_for(celery_queue)), worker.log)
+
+    fixed.touch()
+    result = drain(subprocess_env, tmp_path, broker, capture.queue_for(celery_queue))
+
+    assert result.returncode == 0 and '"delivered": 1' in result.stdout, result.stdout
+    wait_for(lambda: len(runs(record)) == 2, worker.log)
+    assert runs(record) == [repr((numbers, 2**100 + 1))] * 2

@@ -1,5 +1,7 @@
 """deadletter.contrib.tasks with the Immediate backend: failed tasks parked once,
-redriven by the drain, dropped when they no longer import; the system check."""
+redriven by the drain, kept for an operator when this process cannot redrive
+them (no longer imports, a seal that does not verify, cut arguments); the
+system check."""
 
 from __future__ import annotations
 
@@ -22,7 +24,8 @@ from django.test import override_settings
 
 from deadletter import drain, queue, signals
 from deadletter.contrib.tasks import capture, framework, inflight, redrive
-from deadletter.exceptions import PermanentFailure
+from deadletter.drain.outcomes import is_held
+from deadletter.exceptions import NeedsOperator
 from deadletter.queue import seals
 from deadletter.wire.messages import Message
 from tests.contrib.contrib_tasks_env import task_settings
@@ -200,7 +203,7 @@ def dropped_reasons() -> list[str]:
         "tests.contrib.contrib_tasks_jobs.not_a_task",
     ],
 )
-def test_a_task_that_no_longer_imports_is_dropped_as_permanent(
+def test_a_task_that_does_not_import_here_is_kept_for_an_operator_never_dropped(
     captured: None, paths: tuple[str, str], path: str
 ) -> None:
     jobs.flaky.enqueue(*paths)
@@ -212,12 +215,13 @@ def test_a_task_that_no_longer_imports_is_dropped_as_permanent(
     finally:
         signals.message_dropped.disconnect(dispatch_uid="test-contrib-tasks")
 
-    assert report.dropped["permanent"] == 1
-    assert reasons == ["permanent"]
-    assert queue.queue_names() == []
+    assert (report.held, report.dropped["permanent"], reasons) == (1, 0, [])
+    [after] = queue.fetch_failed_msgs(QUEUE)
+    assert after.key == item.key
+    assert is_held(after.last_error) and path in str(after.last_error)
 
 
-def test_an_unknown_backend_is_an_ordinary_failure_kept_for_later(
+def test_a_backend_the_settings_lack_is_kept_for_an_operator(
     captured: None, paths: tuple[str, str]
 ) -> None:
     jobs.flaky.enqueue(*paths)
@@ -226,10 +230,10 @@ def test_an_unknown_backend_is_an_ordinary_failure_kept_for_later(
 
     report = drain.redeliver([item.key])
 
-    assert report.failed == 1
+    assert report.held == 1
     [after] = parked()
     assert after.extra["Attempts"] == 1
-    assert "gone" in after.extra["LastError"]
+    assert is_held(after.extra["LastError"]) and "gone" in after.extra["LastError"]
 
 
 @contextlib.contextmanager
@@ -264,8 +268,10 @@ def test_without_a_tasks_framework_a_parked_task_stays_parked(
     with framework_hidden(monkeypatch):
         report = drain.redeliver([item.key])
 
-    assert report.failed == 1
-    assert "TasksUnavailable" in parked()[0].extra["LastError"]
+    assert report.held == 1
+    assert parked()[0].extra["LastError"] == (
+        "NeedsOperator: neither django.tasks nor the django-tasks backport imports"
+    )
 
 
 def test_the_link_queue_is_never_a_task_queue() -> None:
@@ -328,7 +334,7 @@ def test_a_task_forged_through_the_rest_api_is_refused_and_never_runs(
     ],
     ids=["no seal", "a wrong seal", "not a seal"],
 )
-def test_a_task_message_parked_by_other_code_is_dropped_unrun_and_nothing_is_imported(
+def test_a_task_message_parked_by_other_code_is_kept_unrun_and_nothing_is_imported(
     captured: None,
     tmp_path: Path,
     tripwire: Path,
@@ -342,12 +348,12 @@ def test_a_task_message_parked_by_other_code_is_dropped_unrun_and_nothing_is_imp
 
     report = drain.redeliver([key])
 
-    assert report.dropped["permanent"] == 1
+    assert (report.held, report.dropped["permanent"]) == (1, 0)
     assert f"refused to redrive, nothing imported: {why}" in caplog.text
     assert not marker.exists()
     assert not tripwire.exists()
     assert "tests.contrib.contrib_tasks_tripwire" not in sys.modules
-    assert queue.queue_names() == []
+    assert [item.key for item in queue.fetch_failed_msgs(QUEUE)] == [key]
 
 
 @pytest.mark.parametrize(
@@ -372,7 +378,7 @@ def test_a_parked_task_with_one_sealed_field_changed_is_refused_before_any_impor
     if value is REMOVED:
         del extra[field]
 
-    with pytest.raises(PermanentFailure, match="TaskSeal does not match"):
+    with pytest.raises(NeedsOperator, match="TaskSeal does not match"):
         redrive(msg.replace(extra=extra))
 
     assert not tripwire.exists()
@@ -397,8 +403,30 @@ def test_a_task_parked_before_a_secret_key_rotation_redrives_while_the_old_key_i
         report = drain.redeliver([item.key])
 
     assert report.delivered == int(redriven)
-    assert report.dropped["permanent"] == int(not redriven)
+    assert report.dropped["permanent"] == 0
     assert Path(record).exists() is redriven
+
+
+def test_a_task_sealed_under_a_key_rotated_out_is_kept_saying_why_and_redrives_once_it_is_back(
+    captured: None, paths: tuple[str, str]
+) -> None:
+    fixed, record = paths
+    with override_settings(SECRET_KEY="the-key-it-was-parked-under"):
+        jobs.flaky.enqueue(fixed, record, label="rotated")
+    [item] = queue.fetch_failed_msgs(QUEUE)
+    Path(fixed).touch()
+
+    with override_settings(SECRET_KEY="the-key-in-use-now", SECRET_KEY_FALLBACKS=[]):
+        held = drain.redeliver([item.key])
+    [kept] = queue.fetch_failed_msgs(QUEUE)
+    with override_settings(
+        SECRET_KEY="the-key-in-use-now", SECRET_KEY_FALLBACKS=["the-key-it-was-parked-under"]
+    ):
+        redriven = drain.redeliver([item.key])
+
+    assert (held.held, kept.key, kept.attempts) == (1, item.key, 1)
+    assert is_held(kept.last_error) and "SECRET_KEY_FALLBACKS" in str(kept.last_error)
+    assert redriven.delivered == 1 and Path(record).read_text() == "rotated\n"
 
 
 BIG_LABEL = "x" * 60_000
@@ -425,14 +453,14 @@ def test_a_failed_task_too_large_to_park_is_parked_sealed_without_its_arguments(
     capture.SEAL.check(extra)
 
 
-def test_a_task_parked_without_its_arguments_is_dropped_at_redrive_saying_what_was_cut(
+def test_a_task_parked_without_its_arguments_is_kept_at_redrive_saying_what_was_cut(
     parked_too_large: Message, paths: tuple[str, str]
 ) -> None:
     fixed, record = paths
     Path(fixed).touch()
     cut = parked_too_large.extra["TaskArgsCut"]
 
-    with pytest.raises(PermanentFailure) as refused:
+    with pytest.raises(NeedsOperator) as refused:
         redrive(parked_too_large)
 
     said = f"arguments were cut at park time ({cut['Bytes']} bytes, sha256 {cut['SHA256']})"

@@ -14,9 +14,9 @@ import pytest
 import time_machine
 from django.core.management import CommandError, call_command
 
-from deadletter import drain
+from deadletter import NeedsOperator, drain
 from deadletter.drain import Drainer
-from deadletter.drain.policy import JITTER
+from deadletter.drain.policy import HELD_WAIT, JITTER
 from deadletter.models import QueuedMessage, QueuePass
 from deadletter.wire.messages import Message
 from tests.factories import park, parked, parked_messages
@@ -37,6 +37,12 @@ def fails_unless_ok(msg: Message) -> None:
     calls.append(msg.subject)
     if not msg.subject.startswith("ok"):
         raise ConnectionError("endpoint down")
+
+
+def needs_operator(msg: Message) -> None:
+    """Cannot act on any message until an operator does something, noting each call."""
+    calls.append(msg.subject)
+    raise NeedsOperator("task billing.charge is not registered in this process")
 
 
 @pytest.fixture(autouse=True)
@@ -104,6 +110,41 @@ def test_without_a_backoff_a_failed_message_is_tried_on_every_pass(settings: Any
         Drainer().run()
     assert calls == ["m", "m", "m"]
     assert QueuedMessage.objects.get().due_at is None
+
+
+def test_without_a_backoff_a_message_kept_for_an_operator_waits_the_held_wait(
+    settings: Any,
+) -> None:
+    policy(settings, handler="needs_operator")
+    with at(0):
+        park("m")
+        first = Drainer().run()
+    for second, handed_over in [(1, False), (HELD_WAIT - 1, False), (HELD_WAIT + 1, True)]:
+        calls.clear()
+        with at(second):
+            report = Drainer().run()
+        assert (calls == ["m"]) is handed_over, second
+        assert (report.waiting, report.held) == ((0, 1) if handed_over else (1, 0)), second
+    assert first.held == 1 and attempts() == [2]
+
+
+def test_a_message_kept_for_an_operator_waits_its_queues_backoff(settings: Any) -> None:
+    policy(settings, handler="needs_operator", backoff=[600, 600])
+    with at(0):
+        park("m")
+        Drainer().run()
+    for second, handed_over in [(600 * (1 - JITTER) - 1, False), (600 * (1 + JITTER) + 1, True)]:
+        calls.clear()
+        with at(second):
+            Drainer().run()
+        assert (calls == ["m"]) is handed_over, second
+
+
+def test_a_message_kept_for_an_operator_does_not_trip_the_breaker(settings: Any) -> None:
+    policy(settings, handler="needs_operator", breaker=1)
+    park("a", "b")
+    report = Drainer().run()
+    assert (calls, report.held, report.paused) == (["a", "b"], 2, [])
 
 
 def test_a_waiting_message_is_reported_with_when_it_is_next_due(settings: Any) -> None:

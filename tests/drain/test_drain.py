@@ -13,16 +13,18 @@ from typing import Any
 import pytest
 from django.db import connection, connections
 
-from deadletter import PermanentFailure, signals
+from deadletter import NeedsOperator, PermanentFailure, signals
 from deadletter.drain import (
     DrainConfigError,
     Drainer,
     DrainLocked,
+    DrainReport,
     Outcome,
     QueueLock,
     deliver,
     redeliver,
 )
+from deadletter.drain.outcomes import is_held
 from deadletter.models import QueuedMessage
 from deadletter.queue import (
     fetch_failed_msgs,
@@ -222,6 +224,54 @@ def test_max_attempts_drops_a_message_that_reaches_it(settings: Any) -> None:
     report = drain()
     assert parked() == []
     assert report.dropped["max_attempts"] == 1
+
+
+def test_a_message_kept_for_an_operator_stays_under_its_key_saying_why() -> None:
+    (key,) = park("unknown task")
+    behaviour["unknown task"] = NeedsOperator("task billing.charge is not registered here")
+    report = drain()
+    stayed = row(key)
+    assert stayed.extra["LastError"] == "NeedsOperator: task billing.charge is not registered here"
+    assert stayed.extra["Attempts"] == 1
+    assert (report.held, report.failed, sum(report.dropped.values())) == (1, 0, 0)
+
+
+def test_a_message_kept_for_an_operator_is_never_dropped_at_the_attempts_limit(
+    settings: Any, received: list[tuple[str, dict[str, Any]]]
+) -> None:
+    settings.DEADLETTER_MAX_ATTEMPTS = 1
+    (key,) = park("seal")
+    behaviour["seal"] = NeedsOperator("the seal does not verify")
+    first = drain()
+    second = redeliver([key])
+    assert (first.held, second.held, second.dropped["max_attempts"]) == (1, 1, 0)
+    assert row(key).extra["Attempts"] == 2
+    assert [name for name, _ in received if name == "dropped"] == []
+
+
+def test_a_subclass_of_needs_operator_is_marked_as_needing_an_operator() -> None:
+    class TaskUnknown(NeedsOperator):
+        pass
+
+    (key,) = park("sub")
+    behaviour["sub"] = TaskUnknown("gone")
+    drain()
+    assert is_held(row(key).extra["LastError"])
+
+
+def test_a_pass_that_kept_a_message_for_an_operator_exits_one() -> None:
+    park("held", "fine")
+    behaviour["held"] = NeedsOperator("x")
+    assert drain().exit_code == 1
+
+
+def test_held_messages_add_up_across_workers_reports() -> None:
+    total = DrainReport(queues=["q"])
+    one = DrainReport(queues=["q"])
+    one.add(Outcome.HELD)
+    total.merge(one.as_dict())
+    total.merge(one.as_dict())
+    assert (total.held, total.handled, total.as_dict()["held"]) == (2, 2, 2)
 
 
 def test_without_max_attempts_a_failing_message_stays() -> None:

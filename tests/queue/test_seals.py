@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from deadletter.exceptions import NeedsOperator
 from deadletter.queue import fetch_failed_msgs, seals, store_failed_msgs
 from deadletter.wire.messages import Message
 
@@ -144,3 +145,10 @@ def test_a_key_is_reserved_by_one_integration_only(registry: None) -> None:
 
     with pytest.raises(ValueError, match="'A' is already reserved by tests.first"):
         seals.reserve("tests.second", ["A"])
+
+
+def test_a_handler_that_requires_a_seal_keeps_a_broken_one_for_an_operator() -> None:
+    extra = SEAL.sealed({"Path": "p", "Args": [1]})
+
+    with pytest.raises(NeedsOperator, match="refused to redrive, nothing sent: TestSeal does not"):
+        SEAL.require({**extra, "Args": [2]}, "nothing sent")

@@ -25,6 +25,7 @@ class Framework:
     task_finished: Any
     task_class: type[Any]
     immediate_backend: type[Any]
+    invalid_task: type[Exception]
 
 
 def find() -> Framework | None:
@@ -34,6 +35,7 @@ def find() -> Framework | None:
             base = importlib.import_module(f"{package}.base")
             signals = importlib.import_module(f"{package}.signals")
             immediate = importlib.import_module(f"{package}.backends.immediate")
+            exceptions = importlib.import_module(f"{package}.exceptions")
         except ImportError:
             continue
         return Framework(
@@ -42,5 +44,6 @@ def find() -> Framework | None:
             task_finished=signals.task_finished,
             task_class=base.Task,
             immediate_backend=immediate.ImmediateBackend,
+            invalid_task=exceptions.InvalidTask,
         )
     return None
