@@ -29,11 +29,13 @@ __all__ = [
     "check_only_kv",
     "check_not_app_database",
     "check_sqlite_file",
+    "read_only_uri",
     "watch_queries",
 ]
 
 KV_COLUMNS = ("key", "value", "expires_at")
 _SQLITE_MAGIC = b"SQLite format 3\x00"
+_WAL_VERSIONS = slice(18, 20)  # the header's write and read versions: 2 and 2 in WAL mode
 # What the Go program's file holds besides its table: its index, the primary
 # key's automatic index, and SQLite's own tables (sqlite_stat1 after ANALYZE).
 _GO_OBJECTS = {("table", "kv"), ("index", "idx_expires_at"), ("index", "sqlite_autoindex_kv_1")}
@@ -61,6 +63,44 @@ def check_sqlite_file(path: Path) -> None:
         raise KvFileError(f"{path}: cannot read: {exc.strerror or exc}") from exc
     if magic != _SQLITE_MAGIC:
         raise KvFileError(f"{path}: not an SQLite database")
+
+
+def read_only_uri(path: Path) -> str:
+    """The SQLite URI that reads the kv file `path` without writing beside it.
+
+    A reader of a WAL database needs its `-shm` and `-wal` files, and creates
+    them when they are missing (and cannot, on a read-only mount). So: a file
+    not in WAL mode is read as it is (`mode=ro`); one whose `-wal` and `-shm`
+    are there (a live Go program, or one that died) is read through them, every
+    committed row included; one without a `-wal` holding anything was closed
+    cleanly and is read as an unchanging file (`immutable=1`: no lock, no
+    `-shm`). A `-wal` holding rows without its `-shm` is refused: reading it
+    needs a `-shm` written beside it, and reading the file alone would miss them.
+    """
+    real = path.resolve()
+    uri = f"{real.as_uri()}?mode=ro"
+    if not _in_wal_mode(path):
+        return uri
+    wal, shm = Path(f"{real}-wal"), Path(f"{real}-shm")
+    if wal.exists() and shm.exists():
+        return uri
+    if not wal.exists() or wal.stat().st_size == 0:
+        return f"{uri}&immutable=1"
+    raise KvFileError(
+        f"{path}: {wal.name} holds changes not yet in the file and {shm.name} is missing, "
+        f"so reading them would write {shm.name} beside it; checkpoint the file where it "
+        f"may be written (sqlite3 {path.name} 'PRAGMA wal_checkpoint'), then import it"
+    )
+
+
+def _in_wal_mode(path: Path) -> bool:
+    """Whether the header says WAL (its read and write versions are 2)."""
+    try:
+        with path.open("rb") as handle:
+            header = handle.read(_WAL_VERSIONS.stop)
+    except OSError as exc:
+        raise KvFileError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    return header[_WAL_VERSIONS] == b"\x02\x02"
 
 
 def check_kv_table(conn: sqlite3.Connection, path: Path, *, missing_ok: bool = False) -> bool:

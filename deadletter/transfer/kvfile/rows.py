@@ -17,6 +17,7 @@ from deadletter.transfer.kvcheck import (
     KvFileError,
     check_kv_table,
     check_sqlite_file,
+    read_only_uri,
     watch_queries,
 )
 from deadletter.wire import codec, keys
@@ -75,7 +76,8 @@ class Report:
 
 
 def open_kv(path: Path | str) -> sqlite3.Connection:
-    """Open a kv file read-only (`mode=ro`: SQLite itself refuses any write) and check its shape.
+    """Open a kv file read-only (`mode=ro`: SQLite itself refuses any write), writing
+    nothing beside it (`kvcheck.read_only_uri`), and check its shape.
 
     `kv` must be an ordinary table (never a view or a virtual table: see
     `kvcheck.check_kv_table`), and `trusted_schema` is off, so nothing in the
@@ -86,7 +88,7 @@ def open_kv(path: Path | str) -> sqlite3.Connection:
     path = Path(path)
     check_sqlite_file(path)
     try:
-        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, isolation_level=None)
+        conn = sqlite3.connect(read_only_uri(path), uri=True, isolation_level=None)
     except sqlite3.Error as exc:
         raise KvFileError(f"{path}: cannot open: {exc}") from exc
     try:
