@@ -20,12 +20,13 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
+from django.utils.http import urlencode
 
 from deadletter import drain, queue
 from deadletter.admin import rows
 from deadletter.conf import conf
 from deadletter.queue import browse, queue_names
-from deadletter.reports import overview, summaries
+from deadletter.reports import overview, queues, summaries
 from deadletter.store import counters, sql
 from deadletter.wire import keys
 
@@ -34,6 +35,8 @@ if TYPE_CHECKING:
 
 MAX_DRAIN_LIMIT = 10_000
 PURGE_CHUNK = 200
+# Queues shown on one page of the overview, in name order (one index seek each).
+QUEUES_PER_PAGE = 50
 
 
 class DrainForm(forms.Form):
@@ -78,8 +81,9 @@ def overview_page(model_admin: QueuedMessageAdmin, request: HttpRequest) -> Http
         raise PermissionDenied
     now = rows.now()
     horizon = summaries.horizon_or_default(None)
-    queues = overview.overview(now=now, horizon=horizon)
-    dropped = counters.drop_counts(sql.connection(), [q.name for q in queues])
+    page = _queue_page(request)
+    shown = overview.overview(page.names, now=now, horizon=horizon)
+    dropped = counters.drop_counts(sql.connection(), [q.name for q in shown])
     listed = [
         {
             "q": q,
@@ -91,7 +95,7 @@ def overview_page(model_admin: QueuedMessageAdmin, request: HttpRequest) -> Http
                 (reason.replace("_", " "), n) for reason, n in dropped.get(q.name, {}).items() if n
             ],
         }
-        for q in queues
+        for q in shown
     ]
     context = _context(
         model_admin,
@@ -102,8 +106,29 @@ def overview_page(model_admin: QueuedMessageAdmin, request: HttpRequest) -> Http
         horizon=rows.duration(horizon),
         count_cap=f"{overview.COUNT_CAP:,}",
         max_causes=overview.MAX_CAUSES,
+        totals=overview.totals(now=now),
+        page_size=QUEUES_PER_PAGE,
+        first_url=reverse("admin:deadletter_overview") if page.more_before else None,
+        previous_url=_page_url("before", page.names[0]) if page.more_before else None,
+        next_url=_page_url("after", page.names[-1]) if page.more_after else None,
+        no_handler=[q.name for q in shown if q.no_handler],
     )
     return TemplateResponse(request, "admin/deadletter/queuedmessage/overview.html", context)
+
+
+def _queue_page(request: HttpRequest) -> queues.QueuePage:
+    """The page `?after=NAME` or `?before=NAME` asks for (the first page otherwise,
+    or when the name is not one a queue can have)."""
+    try:
+        if "before" in request.GET:
+            return queues.page_before(request.GET["before"], QUEUES_PER_PAGE)
+        return queues.page_after(request.GET.get("after") or None, QUEUES_PER_PAGE)
+    except ValueError:
+        return queues.page_after(None, QUEUES_PER_PAGE)
+
+
+def _page_url(direction: str, name: str) -> str:
+    return f"{reverse('admin:deadletter_overview')}?{urlencode({direction: name})}"
 
 
 def _require_drain(model_admin: QueuedMessageAdmin, request: HttpRequest) -> None:

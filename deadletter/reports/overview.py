@@ -27,10 +27,12 @@ __all__ = [
     "MAX_CAUSES",
     "Cause",
     "Count",
+    "OverviewTotals",
     "QueueOverview",
     "causes_by_queue",
     "overview",
     "signatures",
+    "totals",
 ]
 
 
@@ -84,7 +86,8 @@ class QueueOverview:
     `now - max age`. A partly delivered remainder, parked again with its
     older first failure, is counted once its new key is that old. `waiting`
     counts the messages a backoff holds back at `now`; `paused` says whether
-    the last drain pass stopped the queue by its breaker.
+    the last drain pass stopped the queue by its breaker; `no_handler` that rows
+    are parked for which the drain has no handler.
     """
 
     name: str
@@ -97,6 +100,7 @@ class QueueOverview:
     causes: list[Cause]
     waiting: Count = Count(0, False)
     paused: bool = False
+    no_handler: bool = False  # rows are parked and DEADLETTER_HANDLERS names no handler
 
 
 def signatures(limit: int = MAX_CAUSES) -> list[str]:
@@ -162,15 +166,20 @@ def causes_by_queue(names: list[str]) -> dict[str, list[Cause]]:
 
 
 def overview(
-    *, now: datetime | None = None, horizon: timedelta | None = None
+    names: list[str] | None = None,
+    *,
+    now: datetime | None = None,
+    horizon: timedelta | None = None,
 ) -> list[QueueOverview]:
-    """Every queue at a glance, in key order: a handful of statements in all, each
+    """`names` (every queue holding a row when None; a page of `reports.queues` for
+    the admin) at a glance, in that order: a handful of statements for a page, each
     figure a capped key-range count or one seek (see `QueueOverview`)."""
     now = now or datetime.now(UTC)
     horizon = summaries.horizon_or_default(horizon)
     expired_before = max(0, gotime.epoch_ns(now - conf.MAX_QUEUE_AGE))
     expiring_before = max(0, gotime.epoch_ns(now - conf.MAX_QUEUE_AGE + horizon))
-    names = queue_names()
+    if names is None:
+        names = queue_names()
     connection, table, key = _cursor()
     in_range = f"{key} >= %s AND {key} < %s"
     head = f"FROM {table} WHERE {in_range} ORDER BY {key} LIMIT 1"
@@ -200,6 +209,7 @@ def overview(
         found = _union_rows(cursor, selects)
     by_queue = causes_by_queue(names)
     passes = last_passes(names)
+    handlers = conf.HANDLERS
     return [
         QueueOverview(
             name=name,
@@ -212,6 +222,7 @@ def overview(
             causes=by_queue.get(name, []),
             waiting=_count(waiting),
             paused=name in passes and passes[name].paused,
+            no_handler=bool(depth) and name not in handlers,
         )
         for name, (depth, expiring, expired, legacy, key, value, waiting) in zip(
             names, found, strict=True
@@ -222,3 +233,28 @@ def overview(
 def _key_before(prefix: bytes, before_ns: int) -> bytes:
     """The lowest key of `prefix` written at `before_ns`: rows below it were written before."""
     return keys.make_key(prefix, max(0, min(before_ns, (1 << 64) - 1)), 0)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class OverviewTotals:
+    """Every queue together, as capped counts: rows, and messages a backoff holds back."""
+
+    rows: Count
+    waiting: Count
+
+
+def totals(*, now: datetime | None = None) -> OverviewTotals:
+    """The overview's totals over every queue: one statement of two capped counts,
+    whatever the number of queues."""
+    now = now or datetime.now(UTC)
+    connection, table, _ = _cursor()
+    by_due = sql.statement(connection, "{table}{by_due}")
+    rows_sql = _capped_sql(table, "1 = 1")
+    waiting_sql = _capped_sql(by_due, "due_at > %s")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {rows_sql}, {waiting_sql}",
+            [connection.ops.adapt_datetimefield_value(now)],
+        )
+        ((rows, waiting),) = cursor.fetchall()
+    return OverviewTotals(_count(rows), _count(waiting))

@@ -828,3 +828,50 @@ def test_the_message_page_shows_the_key_once_with_its_time_and_sequence(admin_cl
         page.text.count(key.hex()) == page.text.count(f"/{key.hex()}/") + 1
     )  # URLs, and once shown
     assert page.text.index('value="Retry now"') < page.text.index("Messages:")
+
+
+def test_overview_pages_its_queues_by_name_and_costs_the_same_at_3000_queues(
+    admin_client,
+) -> None:
+    """A page of the overview is a fixed number of statements and rows, however many
+    queue names clients have made; its links walk every queue once, both ways."""
+    from django.test.utils import CaptureQueriesContext
+
+    from deadletter.admin.overview import QUEUES_PER_PAGE
+    from tests.reports.many_queues import park_one_row_queues
+
+    def opened(url: str) -> tuple[Page, int]:
+        with CaptureQueriesContext(connection) as ctx:
+            page = open_page(admin_client, url)
+        return page, len(ctx.captured_queries)
+
+    names = park_one_row_queues(QUEUES_PER_PAGE + 10)
+    small, small_queries = opened(OVERVIEW)
+    park_one_row_queues(3000, prefix="spam-x")
+    big, big_queries = opened(OVERVIEW)
+    assert big_queries == small_queries
+    rows = 'scope="row" class="dl-name"'
+    assert big.text.count(rows) == small.text.count(rows) == QUEUES_PER_PAGE
+    assert "All queues: 3,060 row(s)" in big.text
+    following = open_page(admin_client, small.link(f"next {QUEUES_PER_PAGE}"))
+    assert (
+        names[QUEUES_PER_PAGE] in following.text
+        and names[QUEUES_PER_PAGE - 1] not in following.text
+    )
+    back = open_page(admin_client, following.link(f"previous {QUEUES_PER_PAGE}"))
+    assert names[0] in back.text and names[QUEUES_PER_PAGE - 1] in back.text
+    assert names[QUEUES_PER_PAGE] not in back.text
+    assert open_page(admin_client, following.link("first page")).url == OVERVIEW
+
+
+def test_overview_names_the_parked_queues_no_handler_delivers(admin_client, settings) -> None:
+    settings.DEADLETTER_HANDLERS = {"served": "tests.factories.ok_handler"}
+    store_failed_msgs("served", Message(subject="a"))
+    store_failed_msgs("orphan", Message(subject="b"))
+    page = open_page(admin_client, "/admin/deadletter/")
+    page = open_page(admin_client, page.link("Queue overview"))
+    warning = page.text.split('id="dl-no-handler"', 1)[1].split("</li>", 1)[0]
+    assert "orphan" in warning and "served" not in warning
+    assert page.text.count(">no handler</span>") == 1
+    listing = open_page(admin_client, page.link("orphan"))
+    assert "b" in listing.text
