@@ -37,7 +37,7 @@ from deadletter.queue.rows import (
     insert_value,
     process_row,
 )
-from deadletter.store import sql
+from deadletter.store import detached, sql
 from deadletter.store.counters import record_drop
 from deadletter.wire import codec, keys
 from deadletter.wire.gotime import GoTime
@@ -85,7 +85,9 @@ def sqlite_file() -> str | None:
 
 def tail_key(queue: str) -> bytes | None:
     """The newest key of `queue` now, to bound a drain to the rows that were there
-    when it started."""
+    when it started. What a dead process left in the spool is written first, so
+    a drain delivers it even to a queue that had no row."""
+    detached.settle(sql.connection())
     return _rows().tail_key(queue)
 
 

@@ -8,24 +8,32 @@ time: a write that fails when the block ends (another writer held the lock
 past the busy timeout) or a process killed inside the block leaves the file,
 and the next fetch, drain or store of any process writes its records.
 
+A record is whole or absent: each carries its length and a CRC32, a failed
+append (a short write on a full disk, a failed fsync) is cut off again before
+the store fails, and recovery writes the whole records in front of a torn or
+damaged one and logs what it discarded. The folder, once made, is never
+removed, so parkers never race on it.
+
 A spool file is held under an exclusive `flock` by the process that writes
 it, from its first record until its records are in the table and it is
-unlinked; another process takes only a file it can lock and that still
-exists, so each record is written by one process, once. A record whose key
-is already in the table with the same value was written before its owner
+unlinked (or, where the folder forbids that, emptied); another process takes
+only a file it can lock, that still exists and that it can unlink or empty
+afterwards, so each record is written by one process, once. A record whose
+key is already in the table with the same value was written before its owner
 died, and is not written again.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import itertools
 import logging
 import os
 import struct
 import time
-from collections.abc import Iterator
+import zlib
 from pathlib import Path
 
 import cbor2
@@ -38,9 +46,19 @@ from deadletter.wire import keys
 logger = logging.getLogger("deadletter")
 
 SUFFIX = "-deadletter-spool"
+TAKEN = "-taken"
+"""Added to a spool file's name by a recovery that could not open it for writing."""
+NAMES = (".spool", ".spool" + TAKEN)
 _LENGTH = struct.Struct(">I")
+_HEAD = struct.Struct(">II")
+_CHECKED = 1 << 31
+"""Set in a record's length word when a CRC32 of the record follows it (every
+record written now; a spool file from before has bare lengths)."""
 _names = itertools.count(1)
 _directories: dict[str, Path | None] = {}
+_left: set[str] = set()
+
+Record = tuple[str, bytes, bytes]
 
 
 def directory(connection: BaseDatabaseWrapper) -> Path | None:
@@ -59,36 +77,98 @@ def directory(connection: BaseDatabaseWrapper) -> Path | None:
     return found
 
 
+def encode_record(queue: str, key: bytes, value: bytes) -> bytes:
+    """One record as a spool file holds it: length, CRC32, CBOR `[queue, key, value]`."""
+    body = cbor2.dumps([queue, key, value])
+    return _HEAD.pack(len(body) | _CHECKED, zlib.crc32(body)) + body
+
+
 class SpoolFile:
-    """One connection's held-back records, in a file only this process writes."""
+    """One connection's held-back records, in files only this process writes.
+
+    An append that fails leaves the file as it was before it; when even the
+    cut fails, that file takes no more records (recovery discards its torn
+    tail) and the next append starts another."""
 
     def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.held: list[tuple[Path, int]] = []
+        self._size = 0
+        self._whole = True
+        self._open()
+
+    @property
+    def path(self) -> Path:
+        """The file the next record goes to."""
+        return self.held[-1][0]
+
+    def _open(self) -> None:
+        _make_folder(self.folder)
         for _ in range(3):
-            folder.mkdir(exist_ok=True)
-            self.path = folder / f"{os.getpid()}-{time.time_ns()}-{next(_names)}.spool"
+            path = self.folder / f"{os.getpid()}-{time.time_ns()}-{next(_names)}.spool"
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND)
             try:
-                self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND)
-                break
-            except FileNotFoundError:
-                continue  # another process removed the empty folder in between
-        else:
-            raise OSError(f"cannot create a spool file in {folder}")
-        fcntl.flock(self.fd, fcntl.LOCK_EX)
-        _fsync_directory(folder)
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                if os.fstat(fd).st_nlink == 0:
+                    os.close(fd)  # a recovery took it for an empty leftover before we locked it
+                    continue
+                _fsync_directory(self.folder)
+            except OSError:
+                os.close(fd)
+                _unlink_quietly(path)
+                raise
+            self.held.append((path, fd))
+            self._size = 0
+            self._whole = True
+            return
+        raise OSError(errno.EAGAIN, f"cannot create a spool file in {self.folder}")
 
     def append(self, queue: str, key: bytes, value: bytes) -> None:
-        """Add one record and fsync it: once this returns, the park survives a crash."""
-        record = cbor2.dumps([queue, key, value])
-        os.write(self.fd, _LENGTH.pack(len(record)) + record)
-        os.fsync(self.fd)
+        """Add one record and fsync it: once this returns, the park survives a
+        crash; an `OSError` (a full disk, a failed fsync) keeps no part of it."""
+        if not self._whole:
+            self._open()
+        record = encode_record(queue, key, value)
+        path, fd = self.held[-1]
+        try:
+            _write_all(fd, record)
+            os.fsync(fd)
+        except OSError:
+            try:
+                os.ftruncate(fd, self._size)
+                os.fsync(fd)
+            except OSError:
+                self._whole = False
+                logger.exception("spool record not cut back; the file takes no more file=%s", path)
+            raise
+        self._size += len(record)
 
     def remove(self) -> None:
-        """The records are in the table: the file goes, then its lock."""
-        with contextlib.suppress(FileNotFoundError):
-            self.path.unlink()
-        os.close(self.fd)
-        with contextlib.suppress(OSError):
-            self.path.parent.rmdir()  # only when empty
+        """The records are in the table: each file goes (or is emptied, where
+        the folder forbids removing it), then its lock."""
+        while self.held:
+            path, fd = self.held.pop()
+            try:
+                _discard(path, fd)
+            finally:
+                os.close(fd)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        if written == 0:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        view = view[written:]
+
+
+def _make_folder(folder: Path) -> None:
+    try:
+        os.mkdir(folder)
+    except FileExistsError:
+        return
+    _fsync_directory(folder.parent)
 
 
 def _fsync_directory(folder: Path) -> None:
@@ -99,34 +179,97 @@ def _fsync_directory(folder: Path) -> None:
         os.close(fd)
 
 
-def read_records(data: bytes) -> Iterator[tuple[str, bytes, bytes]]:
-    """The whole records of a spool file; a torn last one (killed mid-append,
-    before its store returned a key) is left out."""
-    at = 0
-    while at + _LENGTH.size <= len(data):
-        (size,) = _LENGTH.unpack_from(data, at)
-        end = at + _LENGTH.size + size
-        if end > len(data):
+def _unlink_quietly(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        path.unlink()
+
+
+def _discard(path: Path, writable: int | None) -> None:
+    """Unlink a written file; where that is refused, empty it through `writable`
+    (an fd open for writing) so that no recovery writes its records again."""
+    try:
+        path.unlink()
+        return
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        if writable is None:
+            logger.error(
+                "spool file written but not removable nor emptiable; its records "
+                "will be written again file=%s error=%s",
+                path,
+                exc,
+            )
             return
-        try:
-            queue, key, value = cbor2.loads(data[at + _LENGTH.size : end])
-        except (cbor2.CBORDecodeError, ValueError, TypeError):
-            logger.error("spool record unreadable; skipped offset=%d", at)
-        else:
-            yield str(queue), bytes(key), bytes(value)
-        at = end
+        refused = exc
+    try:
+        os.ftruncate(writable, 0)
+    except OSError:
+        logger.exception(
+            "spool file written but neither removed (%s) nor emptied; its records will be "
+            "written again file=%s",
+            refused,
+            path,
+        )
+        return
+    logger.warning("spool file written and emptied, not removed file=%s error=%s", path, refused)
+
+
+def read_records(data: bytes, source: object = "") -> list[Record]:
+    """The whole records of a spool file up to the first torn or damaged one
+    (a process killed mid-append, before its store returned a key), which is
+    discarded with all after it, and logged."""
+    records: list[Record] = []
+    at = 0
+    while at < len(data):
+        parsed = _parse(data, at)
+        if parsed is None:
+            logger.error(
+                "spool record torn or damaged; discarded offset=%d bytes=%d records_kept=%d "
+                "file=%s",
+                at,
+                len(data) - at,
+                len(records),
+                source,
+            )
+            break
+        record, at = parsed
+        records.append(record)
+    return records
+
+
+def _parse(data: bytes, at: int) -> tuple[Record, int] | None:
+    if at + _LENGTH.size > len(data):
+        return None
+    (head,) = _LENGTH.unpack_from(data, at)
+    if head & _CHECKED:
+        if at + _HEAD.size > len(data):
+            return None
+        size, crc = _HEAD.unpack_from(data, at)
+        start, size = at + _HEAD.size, size & ~_CHECKED
+    else:
+        start, size, crc = at + _LENGTH.size, head, None
+    end = start + size
+    body = data[start:end]
+    if end > len(data) or (crc is not None and zlib.crc32(body) != crc):
+        return None
+    try:
+        queue, key, value = cbor2.loads(body)
+        return (str(queue), bytes(key), bytes(value)), end
+    except (cbor2.CBORDecodeError, ValueError, TypeError):
+        return None
 
 
 def recover(connection: BaseDatabaseWrapper) -> int:
     """Write the records of every spool file no live process holds; the count
     written. Never raises: a file that cannot be written now stays for later."""
     folder = directory(connection)
-    if folder is None or not os.access(folder, os.F_OK):  # the common case: no folder
+    if folder is None:
         return 0
     try:
-        entries = [entry.path for entry in os.scandir(folder) if entry.name.endswith(".spool")]
+        entries = [entry.path for entry in os.scandir(folder) if entry.name.endswith(NAMES)]
     except FileNotFoundError:
-        return 0
+        return 0  # the common case: nothing was ever held back
     written = 0
     for path in entries:
         try:
@@ -140,15 +283,25 @@ def recover(connection: BaseDatabaseWrapper) -> int:
 
 def _recover_file(connection: BaseDatabaseWrapper, path: Path) -> int:
     fd = os.open(path, os.O_RDONLY)
+    writable: int | None = None
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             return 0  # its process is alive and writes it itself
-        if os.fstat(fd).st_nlink == 0:
+        status = os.fstat(fd)
+        if status.st_nlink == 0:
             return 0  # written and removed while we waited
-        data = path.read_bytes()
-        records = list(read_records(data))
+        if status.st_size == 0:
+            _unlink_quietly(path)  # nothing in it: never written to, or emptied once written
+            return 0
+        writable = _writable(path)
+        if writable is None:
+            taken = _take(path)
+            if taken is None:
+                return 0
+            path = taken
+        records = read_records(_read_all(fd), path)
         try:
             with transaction.atomic(using=connection.alias):
                 for queue, key, value in records:
@@ -156,7 +309,8 @@ def _recover_file(connection: BaseDatabaseWrapper, path: Path) -> int:
         except DatabaseError:
             logger.exception("spooled parks not written yet; kept file=%s", path)
             return 0
-        path.unlink()
+        _discard(path, writable)
+        _left.discard(str(path).removesuffix(TAKEN))
         logger.warning(
             "spooled parks written after their process ended records=%d file=%s",
             len(records),
@@ -164,7 +318,48 @@ def _recover_file(connection: BaseDatabaseWrapper, path: Path) -> int:
         )
         return len(records)
     finally:
+        if writable is not None:
+            os.close(writable)
         os.close(fd)
+
+
+def _take(path: Path) -> Path | None:
+    """A file this process cannot empty, renamed out of the way as proof that it
+    can remove it once written; None (logged once) where it cannot: its
+    records are left for a process that can."""
+    if path.name.endswith(TAKEN):
+        return path
+    taken = path.with_name(path.name + TAKEN)
+    try:
+        os.rename(path, taken)
+    except OSError as exc:
+        if str(path) not in _left:
+            _left.add(str(path))
+            logger.error(
+                "spool file this process can neither remove nor empty; its records are "
+                "left for a process that can (check the folder's owner, mode and "
+                "attributes) file=%s error=%s",
+                path,
+                exc,
+            )
+        return None
+    return taken
+
+
+def _writable(path: Path) -> int | None:
+    """`path` open for writing (to empty it once written, should unlinking be
+    refused); None where the file is immutable, read-only or not ours."""
+    try:
+        return os.open(path, os.O_WRONLY)
+    except OSError:
+        return None
+
+
+def _read_all(fd: int) -> bytes:
+    chunks = []
+    while chunk := os.read(fd, 1 << 16):
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def _write_once(connection: BaseDatabaseWrapper, queue: str, key: bytes, value: bytes) -> None:

@@ -21,6 +21,7 @@ from django.test import Client
 from django.urls import path
 
 from deadletter import signals
+from deadletter.drain import Drainer
 from deadletter.models import QueuedMessage
 from deadletter.queue import fetch_failed_msgs, store_failed_msgs
 from deadletter.store import detached, spool
@@ -499,3 +500,29 @@ def test_a_process_that_exits_while_another_writer_holds_the_lock_keeps_its_mess
     assert "for the next store, fetch or drain" in err
     key = bytes.fromhex(out.strip())
     assert [q.key for q in fetch_failed_msgs("q")] == [key]
+
+
+delivered: list[str] = []
+
+
+def recording_handler(msg: Message) -> None:
+    delivered.append(msg.subject)
+
+
+@pytest.mark.slow
+def test_a_drain_of_a_queue_with_no_rows_delivers_what_a_killed_process_left_in_the_spool(
+    subprocess_env: dict[str, str], settings: Any
+) -> None:
+    if connection.vendor != "sqlite":
+        pytest.skip("SQLite holds the park back until the caller's block ends")
+    settings.DEADLETTER_HANDLERS = {"q": "tests.store.test_detached.recording_handler"}
+    delivered.clear()
+    proc = child(subprocess_env, "killed")
+    assert proc.stdout is not None
+    proc.stdout.readline()
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    assert rows_of("q") == 0 and len(spool_files()) == 1
+    report = Drainer(["q"]).run()
+    assert (report.delivered, delivered) == (1, ["killed"])
+    assert spool_files() == []
