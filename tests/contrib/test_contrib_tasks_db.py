@@ -17,6 +17,7 @@ from django.test import override_settings
 
 from deadletter import queue
 from deadletter.contrib.tasks import framework, inflight
+from deadletter.drain.outcomes import is_held
 from deadletter.wire.messages import Message
 from tests.contrib.contrib_tasks_env import task_settings
 from tests.factories import manage_py
@@ -129,7 +130,7 @@ def test_a_task_still_failing_in_the_worker_stays_queued_with_its_attempts_raise
         assert queue.queue_names() == [QUEUE]
 
 
-def test_a_task_message_parked_by_other_code_is_dropped_and_the_worker_has_nothing_to_run(
+def test_a_task_message_parked_by_other_code_is_kept_and_the_worker_has_nothing_to_run(
     db_backend: dict[str, str], tmp_path: Path
 ) -> None:
     marker = tmp_path / "granted"
@@ -138,10 +139,11 @@ def test_a_task_message_parked_by_other_code_is_dropped_and_the_worker_has_nothi
         "TaskArgs": [str(marker)],
         "TaskBackend": "db",
     }
-    queue.store_failed_msgs(QUEUE, Message(subject="hi", extra=forged))
+    key = queue.store_failed_msgs(QUEUE, Message(subject="hi", extra=forged))
 
-    assert drain_tasks() == 0
+    assert drain_tasks() == 1  # kept for an operator
     run_worker(db_backend)
 
     assert not marker.exists()
-    assert queue.queue_names() == []
+    [kept] = queue.fetch_failed_msgs(QUEUE)
+    assert kept.key == key and is_held(kept.last_error)
