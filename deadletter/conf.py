@@ -175,8 +175,8 @@ class Settings:
     @property
     def API_THROTTLE_RATES(self) -> dict[str, str | None]:
         """The API's throttle rates, DRF's "30/min" form or None (off): `failed_auth`
-        per client address, `user` per user; scopes a project leaves out keep
-        their default."""
+        per client address and per credential, `user` per user; scopes a project
+        leaves out keep their default."""
         rates = _read("API_THROTTLE_RATES")
         return {**DEFAULT_API_THROTTLE_RATES, **rates} if isinstance(rates, dict) else rates
 

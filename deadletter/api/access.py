@@ -11,6 +11,8 @@ renderers and permissions are the API's own, the same everywhere.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import logging
 from collections.abc import Callable
@@ -152,30 +154,65 @@ class ConfiguredRate:
 
 class FailedAuthThrottle(ConfiguredRate, SimpleRateThrottle):
     """Failed authentications (a wrong password or token) per client address, as
-    DRF's `get_ident` reads it (`NUM_PROXIES`). Past the rate, every request from
-    the address is a 429 with Retry-After before its credentials are checked, so
-    guessing goes no faster than the rate whatever the authentication classes."""
+    DRF's `get_ident` reads it (`NUM_PROXIES`). Past the rate a failure from the
+    address is a 429 with Retry-After, but a request whose credential authenticates
+    still gets through: clients behind one proxy share an address, and one of
+    them guessing must not turn the others away (`FailedCredentialThrottle`
+    bounds the guessing)."""
 
     scope = "failed_auth"
 
-    def get_cache_key(self, request: Request, view: Any) -> str:
+    def get_cache_key(self, request: Request, view: Any) -> str | None:
         return self.cache_format % {"scope": self.scope, "ident": self.get_ident(request)}
 
     def throttle_success(self) -> bool:
         return True  # only a failure counts: `record_failure`
 
     def wait(self) -> float:
-        """Seconds until enough failures leave the window for the address to be under the rate."""
+        """Seconds until enough failures leave the window to be under the rate again."""
         return float(self.duration - (self.now - self.history[self.num_requests - 1]))
 
     def record_failure(self) -> None:
-        """Count one failure, on the history read again: checking a password takes
-        long enough for other requests from the address to have failed meanwhile."""
-        if self.rate is None:
+        """Count one failure, on the history read again (checking a password takes
+        long enough for other requests to have failed meanwhile), keeping only
+        the failures the rate looks at."""
+        if self.rate is None or self.key is None:
             return
         now = self.timer()
         history = [t for t in self.cache.get(self.key, []) if t > now - self.duration]
-        self.cache.set(self.key, [now, *history], self.duration)
+        self.cache.set(self.key, [now, *history][: self.num_requests], self.duration)
+
+
+class FailedCredentialThrottle(FailedAuthThrottle):
+    """Failed authentications per credential, from any address, at the same rate:
+    for Basic the user name (so a password is guessed no faster than the rate,
+    and that user is held off meanwhile, the right password included), otherwise
+    the whole `Authorization` header (a client repeating a wrong token). Past
+    the rate the credential is a 429 before it is checked. A request without an
+    `Authorization` header is not counted here."""
+
+    def get_cache_key(self, request: Request, view: Any) -> str | None:
+        ident = credential_ident(request.META.get("HTTP_AUTHORIZATION", ""))
+        if ident is None:
+            return None
+        return self.cache_format % {"scope": f"{self.scope}_credential", "ident": ident}
+
+
+def credential_ident(header: str) -> str | None:
+    """A digest naming what an `Authorization` header guesses at: a Basic user
+    name, else the header itself; None without one."""
+    if not header:
+        return None
+    material = header
+    scheme, _, value = header.strip().partition(" ")
+    if scheme.lower() == "basic":
+        try:
+            decoded = base64.b64decode(value.strip(), validate=True).decode("latin-1")
+        except ValueError:
+            pass
+        else:
+            material = "basic\0" + decoded.partition(":")[0]
+    return hashlib.sha256(material.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 class UserThrottle(ConfiguredRate, UserRateThrottle):
@@ -206,15 +243,20 @@ class DeadletterView(APIView):
         return [cls() for cls in api_settings.DEFAULT_THROTTLE_CLASSES] + [UserThrottle()]
 
     def perform_authentication(self, request: Request) -> None:
-        failures = FailedAuthThrottle()
-        if not failures.allow_request(request, self):
+        credential = FailedCredentialThrottle()
+        if not credential.allow_request(request, self):
             request.authenticators = ()  # anonymous, the credentials unread
             super().perform_authentication(request)
-            self.throttled(request, failures.wait())
+            self.throttled(request, credential.wait())
+        address = FailedAuthThrottle()
+        address_over = not address.allow_request(request, self)
         try:
             super().perform_authentication(request)
         except exceptions.AuthenticationFailed:
-            failures.record_failure()
+            address.record_failure()
+            credential.record_failure()
+            if address_over:
+                self.throttled(request, address.wait())
             raise
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:

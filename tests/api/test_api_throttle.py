@@ -1,5 +1,5 @@
-"""How often the API may be called: failed authentications per client address
-and requests per user (`DEADLETTER_API_THROTTLE_RATES`), the project's own DRF
+"""How often the API may be called: failed authentications per client address and
+per credential, and requests per user (`DEADLETTER_API_THROTTLE_RATES`), the project's own DRF
 throttles, and check E009 on the setting."""
 
 from __future__ import annotations
@@ -55,27 +55,46 @@ def good_token(user: User) -> str:
 
 
 @override_settings(DEADLETTER_API_THROTTLE_RATES={"failed_auth": "3/min"})
-def test_failed_authentications_past_the_rate_are_429_with_retry_after() -> None:
+def test_a_wrong_token_repeated_past_the_rate_is_429_with_retry_after() -> None:
     wrong = token_client("not-a-token")
     assert [wrong.get(QUEUES).status_code for _ in range(3)] == [401, 401, 401]
     throttled = wrong.get(QUEUES)
     assert throttled.status_code == 429
     assert 0 < int(throttled["Retry-After"]) <= 60
-    # The address is held off whatever it sends, a right token included...
-    assert token_client(good_token(viewer())).get(QUEUES).status_code == 429
-    # ...and other addresses are not.
-    assert token_client(good_token(viewer("other")), "10.0.0.2").get(QUEUES).status_code == 200
+
+
+def test_valid_clients_behind_an_address_that_sent_30_bad_tokens_get_in() -> None:
+    proxy = "10.0.0.1"
+    assert {token_client(f"bad-{i}", proxy).get(QUEUES).status_code for i in range(30)} == {401}
+    assert token_client("bad-30", proxy).get(QUEUES).status_code == 429
+    clients = [token_client(good_token(viewer(f"service-{i}")), proxy) for i in range(20)]
+    assert {client.get(QUEUES).status_code for client in clients for _ in range(5)} == {200}
+
+
+@override_settings(DEADLETTER_API_THROTTLE_RATES={"failed_auth": "3/min"})
+def test_a_guesser_trying_a_new_token_each_time_is_429_with_retry_after_past_the_rate() -> None:
+    assert [token_client(f"guess-{i}").get(QUEUES).status_code for i in range(3)] == [401] * 3
+    for i in range(3, 10):
+        throttled = token_client(f"guess-{i}").get(QUEUES)
+        assert throttled.status_code == 429
+        assert 0 < int(throttled["Retry-After"]) <= 60
 
 
 @override_settings(DEADLETTER_API_THROTTLE_RATES={"failed_auth": "2/min"})
-def test_the_address_is_let_in_again_once_the_failures_leave_the_window() -> None:
-    token = good_token(viewer())
+def test_a_guesser_is_answered_401_again_once_its_failures_leave_the_window() -> None:
     with time_machine.travel(timezone.now(), tick=False) as clock:
-        for _ in range(2):
-            token_client("not-a-token").get(QUEUES)
-        assert token_client(token).get(QUEUES).status_code == 429
+        for i in range(2):
+            token_client(f"guess-{i}").get(QUEUES)
+        assert token_client("guess-2").get(QUEUES).status_code == 429
         clock.shift(timedelta(seconds=61))
-        assert token_client(token).get(QUEUES).status_code == 200
+        assert token_client("guess-3").get(QUEUES).status_code == 401
+
+
+@override_settings(DEADLETTER_API_THROTTLE_RATES={"failed_auth": "5/min"})
+def test_an_address_keeps_no_more_failures_than_the_rate_looks_at() -> None:
+    for i in range(50):
+        token_client(f"guess-{i}").get(QUEUES)
+    assert len(cache.get("deadletter-throttle-failed_auth-127.0.0.1")) == 5
 
 
 @override_settings(
@@ -89,6 +108,30 @@ def test_wrong_basic_passwords_are_slowed_the_same_way() -> None:
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Basic {base64.b64encode(b'service:no').decode()}")
     assert [client.get(QUEUES).status_code for _ in range(3)] == [401, 401, 429]
+
+
+def basic_client(username: str, password: str, address: str) -> APIClient:
+    client = APIClient(REMOTE_ADDR=address)
+    encoded = base64.b64encode(f"{username}:{password}".encode()).decode()
+    client.credentials(HTTP_AUTHORIZATION=f"Basic {encoded}")
+    return client
+
+
+@override_settings(
+    DEADLETTER_API_THROTTLE_RATES={"failed_auth": "2/min"},
+    REST_FRAMEWORK={
+        "DEFAULT_AUTHENTICATION_CLASSES": ["rest_framework.authentication.BasicAuthentication"]
+    },
+)
+def test_passwords_guessed_for_one_user_from_many_addresses_are_held_to_the_rate() -> None:
+    viewer()
+    viewer("other")
+    guesses = [basic_client("service", f"guess-{i}", f"10.0.0.{i}") for i in range(3)]
+    assert [client.get(QUEUES).status_code for client in guesses] == [401, 401, 429]
+    # The user is held off meanwhile, the right password included (nothing to learn
+    # from the answer); other users are not.
+    assert basic_client("service", "s3cret", "10.0.1.1").get(QUEUES).status_code == 429
+    assert basic_client("other", "s3cret", "10.0.0.1").get(QUEUES).status_code == 200
 
 
 @override_settings(DEADLETTER_API_THROTTLE_RATES={"failed_auth": "2/min"})
