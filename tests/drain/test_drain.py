@@ -274,6 +274,16 @@ def test_held_messages_add_up_across_workers_reports() -> None:
     assert (total.held, total.handled, total.as_dict()["held"]) == (2, 2, 2)
 
 
+@pytest.mark.slow
+def test_worker_processes_count_the_messages_they_kept_for_an_operator() -> None:
+    if connection.vendor == "sqlite":
+        pytest.skip("worker processes need PostgreSQL or MySQL/MariaDB")
+    park("a", "b", "c")
+    behaviour["*"] = NeedsOperator("task unknown here")
+    report = drain(workers=2)
+    assert (report.held, report.exit_code, parked()) == (3, 1, ["a", "b", "c"])
+
+
 def test_without_max_attempts_a_failing_message_stays() -> None:
     park("flaky")
     behaviour["flaky"] = ValueError("x")
