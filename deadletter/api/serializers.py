@@ -7,6 +7,7 @@ as RFC 3339 with up to nine fraction digits, and unknown keys in `extra`
 
 from __future__ import annotations
 
+import fnmatch
 from typing import Any
 
 from drf_spectacular.utils import extend_schema_field
@@ -54,6 +55,18 @@ class QueueNameSerializer(serializers.Serializer):
 
 class KeySerializer(serializers.Serializer):
     key = KeyField()
+
+
+def api_queue_refusal(name: str) -> str | None:
+    """Why the API may not park into queue `name` (`DEADLETTER_API_QUEUES` allows no
+    pattern it matches), or None: any queue when the setting is None."""
+    patterns = conf.API_QUEUES
+    if patterns is None or any(fnmatch.fnmatchcase(name, p) for p in patterns):
+        return None
+    return (
+        f"The API may not park into queue {name!r}: DEADLETTER_API_QUEUES allows "
+        f"{', '.join(map(repr, patterns)) or 'no queue'} only."
+    )
 
 
 class MessageSerializer(serializers.Serializer):
@@ -211,6 +224,22 @@ class PageQuerySerializer(serializers.Serializer):
 class PageSerializer(serializers.Serializer):
     results = RowSerializer(many=True)
     next = serializers.URLField(allow_null=True, help_text="The next page; null on the last.")
+
+
+class QueuePageQuerySerializer(serializers.Serializer):
+    """A page of the queue list: the queues whose name sorts after `after`, at most `limit`."""
+
+    after = TextField(required=False, help_text="The last queue name of the previous page.")
+    limit = serializers.IntegerField(
+        min_value=1, max_value=MAX_PAGE_SIZE, default=DEFAULT_PAGE_SIZE, required=False
+    )
+
+    def validate_after(self, value: str) -> str:
+        try:
+            keys.encode_queue_name(value)
+        except ValueError as exc:
+            raise serializers.ValidationError(str(exc)) from None
+        return value
 
 
 class QueueSerializer(serializers.Serializer):

@@ -8,6 +8,7 @@ from typing import Any
 
 from django.urls import reverse
 from django.utils.decorators import method_decorator
+from django.utils.http import urlencode
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
 from rest_framework import serializers, status
 from rest_framework.exceptions import NotFound, ValidationError
@@ -32,10 +33,13 @@ from deadletter.api.serializers import (
     PageSerializer,
     ParkedSerializer,
     QueueNameSerializer,
+    QueuePageQuerySerializer,
     QueueSerializer,
     RowSerializer,
+    api_queue_refusal,
 )
 from deadletter.queue import browse
+from deadletter.reports import queues as queue_pages
 from deadletter.reports import summaries
 from deadletter.wire import keys
 
@@ -75,14 +79,38 @@ def valid_name(name: str) -> str:
     return name
 
 
-class QueueList(DeadletterView):
-    """Every queue: depth, oldest enqueued, oldest first failure, age of the oldest message."""
+NEXT_LINK = OpenApiParameter(
+    "Link",
+    str,
+    OpenApiParameter.HEADER,
+    response=[200],
+    description='`<url>; rel="next"` (RFC 8288) when more queues follow this page.',
+)
 
-    @openapi(responses={200: QueueSerializer(many=True), **REFUSALS})
+
+class QueueList(DeadletterView):
+    """The queues holding a row, by name, a page at a time (`?after=<name>&limit=<n>`,
+    the next page in the `Link` header): depth, oldest enqueued, oldest first
+    failure, age of the oldest message. A page costs the same however many
+    queues there are."""
+
+    @openapi(
+        parameters=[QueuePageQuerySerializer, NEXT_LINK],
+        responses={200: QueueSerializer(many=True), 400: BAD, **REFUSALS},
+    )
     def get(self, request: Request) -> Response:
-        statuses = summaries.queue_statuses()
+        query = QueuePageQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        limit: int = query.validated_data["limit"]
+        page = queue_pages.page_after(query.validated_data.get("after"), limit)
+        statuses = [summaries.queue_status(name) for name in page.names]
         context = {"now_ns": time.time_ns()}
-        return Response(QueueSerializer(statuses, many=True, context=context).data)
+        response = Response(QueueSerializer(statuses, many=True, context=context).data)
+        if page.more_after:
+            path = reverse("deadletter-api:queues")
+            query_text = urlencode({"after": page.names[-1], "limit": str(limit)})
+            response["Link"] = f'<{request.build_absolute_uri(f"{path}?{query_text}")}>; rel="next"'
+        return response
 
 
 class QueueDetail(DeadletterView):
@@ -132,6 +160,9 @@ class MessageList(DeadletterView):
     )
     def post(self, request: Request, name: str) -> Response:
         valid_name(name)
+        refusal = api_queue_refusal(name)
+        if refusal is not None:
+            raise ValidationError({"name": [refusal]})
         body = request.data
         if not isinstance(body, ParsedBody):
             raise ValidationError({"payload": ["A JSON object (the message) is required."]})

@@ -22,14 +22,20 @@ from django.views.decorators.http import require_GET
 from deadletter.conf import conf
 from deadletter.reports import expiry, stats
 
-__all__ = ["StatsCollector", "metrics_view", "render"]
+__all__ = ["METRICS_QUEUES", "StatsCollector", "metrics_view", "render"]
 
 logger = logging.getLogger("deadletter")
+
+# Queues a scrape labels besides those of DEADLETTER_HANDLERS (the first, by name);
+# the rest are summed into one series, so a scrape costs the same at any number of queues.
+METRICS_QUEUES = 100
 
 
 class StatsCollector:
     """A custom collector over one `stats.Stats`: every figure as a metric family,
-    `queue` as a label. Empty queues report ages of 0 (no message is waiting)."""
+    `queue` as a label. Empty queues report ages of 0 (no message is waiting).
+    The queues past the cap are one series of depth, waiting and drops with an
+    empty `queue` label, so a sum over `queue` stays exact."""
 
     def __init__(self, figures: stats.Stats) -> None:
         self.figures = figures
@@ -90,6 +96,13 @@ class StatsCollector:
             for reason, count in q.dropped.items():
                 dropped.add_metric([q.name, reason], count)
             attempts.add_metric([q.name], _buckets(q), gsum_value=_attempts_sum(q))
+        others = self.figures.others
+        if others is not None:
+            # `queue=""` (no queue can have an empty name): every queue past the cap, summed.
+            depth.add_metric([""], others.depth)
+            waiting.add_metric([""], others.waiting)
+            for reason, count in others.dropped.items():
+                dropped.add_metric(["", reason], count)
         horizon = GaugeMetricFamily(
             "deadletter_expiry_horizon_seconds",
             "The horizon deadletter_expiring_messages looks ahead.",
@@ -150,7 +163,7 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
         )
     try:
         expiry.warn_expiring()
-        body = render(stats.collect())
+        body = render(stats.collect(limit=METRICS_QUEUES))
     except DatabaseError:
         logger.exception("metrics could not read the queue")
         return HttpResponse("the queue database cannot be read\n", status=503)

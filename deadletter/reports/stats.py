@@ -32,10 +32,12 @@ from typing import Any
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from deadletter.conf import conf
+from deadletter.models import DROP_TABLE
 from deadletter.queue import last_passes, waiting
 from deadletter.queue.rows import attempts_of
+from deadletter.reports import queues as queue_pages
 from deadletter.reports import summaries
-from deadletter.store import sql
+from deadletter.store import scans, sql
 from deadletter.store.counters import DROP_REASONS, drop_counts
 from deadletter.wire import codec, gotime, keys
 from deadletter.wire.messages import Message
@@ -46,6 +48,7 @@ __all__ = [
     "Stats",
     "collect",
     "expiring_rows",
+    "listed_queues",
 ]
 
 EXPIRING_SCAN_LIMIT = 100_000
@@ -105,13 +108,18 @@ class QueueStats:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Stats:
-    """Per-queue figures in key order, their totals, and what they were measured against."""
+    """Per-queue figures in key order, their totals, and what they were measured against.
+
+    `others` sums the queues a `limit` left out (None when none was): their depth,
+    waiting messages and drops, exact; their ages, expiring counts and attempts
+    are not read (`expiring_complete` False)."""
 
     queues: list[QueueStats]
     totals: QueueStats
     now: datetime
     horizon: timedelta
     max_age: timedelta
+    others: QueueStats | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -119,6 +127,7 @@ class Stats:
             "horizon_seconds": self.horizon.total_seconds(),
             "max_age_seconds": self.max_age.total_seconds(),
             "queues": [q.as_dict() for q in self.queues],
+            "others": self.others.as_dict() if self.others is not None else None,
             "totals": self.totals.as_dict(),
         }
 
@@ -129,15 +138,21 @@ def collect(
     horizon: timedelta | None = None,
     attempts_sample: int | None = ATTEMPTS_SAMPLE,
     now_ns: int | None = None,
+    limit: int | None = None,
 ) -> Stats:
     """The figures of `queues` (every queue that holds a row or has dropped one when
-    None). `horizon` defaults to `DEADLETTER_EXPIRY_WARNING`, else one day;
-    `attempts_sample` None reads every row for the histogram. `ValueError` for
-    an invalid queue name; `DatabaseError` when the database cannot be read."""
+    None). With `limit` and no `queues`, only the queues `listed_queues` picks are
+    read one by one and the rest are summed into `Stats.others` by aggregate
+    statements, so the cost does not grow with the number of queues. `horizon`
+    defaults to `DEADLETTER_EXPIRY_WARNING`, else one day; `attempts_sample` None
+    reads every row for the histogram. `ValueError` for an invalid queue name;
+    `DatabaseError` when the database cannot be read."""
     now = time.time_ns() if now_ns is None else now_ns
     horizon = summaries.horizon_or_default(horizon)
     max_age = conf.MAX_QUEUE_AGE
     connection = sql.connection()
+    if queues is None and limit is not None:
+        return _collect_listed(connection, limit, horizon, attempts_sample, now, max_age)
     if queues is None:
         statuses = summaries.queue_statuses()
         dropped = drop_counts(connection)
@@ -163,6 +178,82 @@ def collect(
         for s in statuses
     ]
     return Stats(result, _totals(result), gotime.utc_datetime(now), horizon, max_age)
+
+
+def listed_queues(limit: int) -> tuple[list[str], bool]:
+    """The queues a capped report lists, in key order: every queue of
+    `DEADLETTER_HANDLERS` that holds a row or has dropped one (the project names
+    them, not its clients) and the first `limit` other such queues; and whether
+    any queue was left out. About `limit` index seeks plus one per handler."""
+    connection = sql.connection()
+    configured = [n for n in conf.HANDLERS if _valid(n)]
+    held = [s.name for s in map(summaries.queue_status, configured) if s.depth]
+    dropped = drop_counts(connection, configured) if configured else {}
+    listed = set(held) | set(dropped)
+    page = queue_pages.page_after(None, limit + len(configured))
+    others = [n for n in page.names if n not in conf.HANDLERS]
+    dropping = [
+        n for n in drop_queues(connection, limit + len(configured)) if n not in conf.HANDLERS
+    ]
+    merged = sorted(set(others) | set(dropping), key=keys.encode_queue_name)
+    left_out = len(merged) > limit or page.more_after
+    return sorted(listed | set(merged[:limit]), key=keys.encode_queue_name), left_out
+
+
+def drop_queues(connection: BaseDatabaseWrapper, limit: int) -> list[str]:
+    """The first `limit` queues (by name) the drop counters hold, from their index."""
+    query = sql.statement(
+        connection,
+        "SELECT DISTINCT queue FROM {table} ORDER BY queue LIMIT {n}",
+        table=DROP_TABLE,
+        n=int(limit),
+    )
+    return [q for (q,) in sql.read(connection, query, ())]
+
+
+def _valid(name: str) -> bool:
+    try:
+        keys.encode_queue_name(name)
+    except ValueError:
+        return False
+    return True
+
+
+def _collect_listed(
+    connection: BaseDatabaseWrapper,
+    limit: int,
+    horizon: timedelta,
+    attempts_sample: int | None,
+    now: int,
+    max_age: timedelta,
+) -> Stats:
+    """`collect` with a limit: the listed queues one by one, the rest by aggregates."""
+    with scans.snapshot(connection):
+        names, left_out = listed_queues(limit)
+        listed = collect(names, horizon=horizon, attempts_sample=attempts_sample, now_ns=now)
+        everything = queue_pages.totals(gotime.utc_datetime(now))
+    if not left_out:
+        return listed
+    result = listed.queues
+    dropped = {
+        reason: max(0, n - sum(q.dropped.get(reason, 0) for q in result))
+        for reason, n in everything.dropped.items()
+    }
+    others = QueueStats(
+        name="",
+        depth=max(0, everything.rows - sum(q.depth for q in result)),
+        oldest_enqueued_at=None,
+        oldest_enqueued_age=None,
+        oldest_queued_at=None,
+        oldest_failure_age=None,
+        expiring=0,
+        expiring_complete=False,
+        attempts=dict.fromkeys(bucket_labels(), 0),
+        attempts_rows=0,
+        dropped=dropped,
+        waiting=max(0, everything.waiting - sum(q.waiting for q in result)),
+    )
+    return dataclasses.replace(listed, totals=_totals([*result, others]), others=others)
 
 
 def expiring_rows(

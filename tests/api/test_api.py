@@ -504,3 +504,61 @@ def test_park_takes_a_first_failure_within_the_clock_skew(api) -> None:
         response = api.post(url("q"), {"queued_at": "2026-11-29T12:05:00Z"}, format="json")
     assert response.status_code == 201
     assert fetch_failed_msgs("q")[0].msg.queued_at.format() == "2026-11-29T12:05:00Z"
+
+
+# --- many queues and which the API may make ------------------------------------
+
+
+def test_the_queue_list_is_paged_by_name_with_a_next_link(api) -> None:
+    from tests.reports.many_queues import park_one_row_queues
+
+    names = park_one_row_queues(5)
+    first = api.get(f"{API}/queues/", {"limit": 2})
+    assert [q["name"] for q in first.json()] == names[:2]
+    link = first["Link"]
+    assert link.endswith('>; rel="next"')
+    second = api.get(link[1 : link.index(">")])
+    assert [q["name"] for q in second.json()] == names[2:4]
+    last = api.get(second["Link"][1 : second["Link"].index(">")])
+    assert [q["name"] for q in last.json()] == names[4:]
+    assert "Link" not in last
+
+
+def test_a_queue_list_page_asks_the_same_statements_at_3000_queues(api) -> None:
+    from django.test.utils import CaptureQueriesContext
+
+    from tests.reports.many_queues import park_one_row_queues
+
+    def listed() -> tuple[int, int]:
+        with CaptureQueriesContext(connection) as ctx:
+            body = api.get(f"{API}/queues/").json()
+        return len(ctx.captured_queries), len(body)
+
+    park_one_row_queues(60)
+    few = listed()
+    park_one_row_queues(3000, prefix="spam-x")
+    assert listed() == few
+    assert few[1] == 50
+
+
+@pytest.mark.parametrize("after", ["a\x00b", "x" * 256])
+def test_a_queue_list_page_after_a_name_no_queue_can_have_is_a_400(api, after: str) -> None:
+    response = api.get(f"{API}/queues/", {"after": after})
+    assert response.status_code == 400
+    assert "after" in response.json()
+
+
+def test_the_api_parks_only_into_queues_the_setting_allows(api, settings) -> None:
+    settings.DEADLETTER_API_QUEUES = ["webhook-*", "mail"]
+    assert api.post(url("webhook-orders"), {"subject": "a"}, format="json").status_code == 201
+    assert api.post(url("mail"), {"subject": "b"}, format="json").status_code == 201
+    refused = api.post(url("spam-1"), {"subject": "c"}, format="json")
+    assert refused.status_code == 400
+    (problem,) = refused.json()["name"]
+    assert "spam-1" in problem and "DEADLETTER_API_QUEUES" in problem and "'webhook-*'" in problem
+    assert queue_names() == ["mail", "webhook-orders"]
+
+
+def test_any_queue_name_may_be_parked_into_when_the_setting_is_unset(api, settings) -> None:
+    settings.DEADLETTER_API_QUEUES = None
+    assert api.post(url("anything-at-all"), {"subject": "a"}, format="json").status_code == 201

@@ -115,3 +115,13 @@ def test_a_browser_not_logged_in_is_sent_to_log_in_and_back_to_the_docs(client, 
         login, {"username": "admin", "password": "password", "next": back}, follow=True
     )
     assert logged_in.wsgi_request.path == docs and logged_in.status_code == 200
+
+
+def test_the_schema_documents_the_queue_lists_paging(api) -> None:
+    schema = api.get(f"{API}/schema/", {"format": "json"}).json()
+    validate_schema(schema)
+    listing = schema["paths"][f"{API}/queues/"]["get"]
+    assert {p["name"] for p in listing["parameters"]} >= {"after", "limit"}
+    assert "Link" in listing["responses"]["200"]["headers"]
+    assert listing["responses"]["200"]["content"]["application/json"]["schema"]["type"] == "array"
+    assert "400" in listing["responses"]

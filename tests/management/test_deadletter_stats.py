@@ -107,3 +107,36 @@ def test_durations_and_ages_read_and_print_as_people_write_them() -> None:
         "3h 01m",
         "2d 01h",
     ]
+
+
+def test_an_unknown_queue_is_a_command_error_naming_it() -> None:
+    park_aged("mail", days_ago=1)
+    with pytest.raises(CommandError, match="no queue 'nope'"):
+        stats("--queue", "mail", "--queue", "nope")
+
+
+def test_a_queue_with_a_handler_but_no_row_is_known(settings) -> None:
+    settings.DEADLETTER_HANDLERS = {"quiet": "tests.factories.ok_handler"}
+    assert stats("--queue", "quiet").splitlines()[1].split()[:2] == ["quiet", "0"]
+
+
+def test_the_output_and_its_statements_stay_the_same_at_3000_queues() -> None:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from tests.reports.many_queues import park_one_row_queues
+
+    def run() -> tuple[int, list[str]]:
+        with CaptureQueriesContext(connection) as ctx:
+            out = stats("--limit", "5")
+        return len(ctx.captured_queries), out.splitlines()
+
+    park_one_row_queues(20)
+    few_queries, few = run()
+    park_one_row_queues(3000, prefix="spam-x")
+    many_queries, many = run()
+    assert many_queries == few_queries
+    assert len(many) == len(few)
+    others = [line for line in many if line.startswith("(other queues)")]
+    assert others[0].split()[2] == str(3020 - 5)
+    assert [line.split()[1] for line in many if line.startswith("TOTAL")][0] == "3020"

@@ -129,3 +129,33 @@ def test_the_scrape_counts_waiting_messages_and_paused_queues(client, settings) 
     assert got[("deadletter_waiting_messages", hooks)] == 2
     assert got[("deadletter_queue_paused", hooks)] == 1
     assert got[("deadletter_queue_paused", mail)] == 0
+
+
+def test_a_scrape_labels_a_capped_number_of_queues_and_sums_the_rest_exactly(
+    client, settings
+) -> None:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from deadletter.reports.metrics import METRICS_QUEUES
+    from tests.reports.many_queues import park_one_row_queues
+
+    settings.DEADLETTER_METRICS_TOKEN = TOKEN
+    settings.DEADLETTER_EXPIRY_WARNING = None
+
+    def scraped() -> tuple[int, dict[tuple[str, tuple[tuple[str, str], ...]], float]]:
+        with CaptureQueriesContext(connection) as ctx:
+            response = scrape(client)
+        assert response.status_code == 200
+        return len(ctx.captured_queries), samples(response.content.decode())
+
+    park_one_row_queues(METRICS_QUEUES + 20)
+    few_queries, few = scraped()
+    park_one_row_queues(3000, prefix="spam-x")
+    many_queries, many = scraped()
+    assert many_queries == few_queries
+    assert len(many) == len(few)
+    depths = {labels: v for (name, labels), v in many.items() if name == "deadletter_queue_depth"}
+    assert len(depths) == METRICS_QUEUES + 1
+    assert depths[(("queue", ""),)] == 3020
+    assert sum(depths.values()) == METRICS_QUEUES + 3020

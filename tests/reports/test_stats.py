@@ -179,3 +179,41 @@ def test_stats_say_how_many_wait_and_whether_the_last_pass_paused_the_queue(sett
     text = StringIO()
     call_command("deadletter_stats", stdout=text)
     assert "waiting  paused" in text.getvalue()
+
+
+def test_a_limit_lists_the_handlers_queues_and_the_first_others_and_sums_the_rest(
+    settings,
+) -> None:
+    from django.db import connection
+
+    from deadletter.store.counters import record_drop
+    from tests.reports.many_queues import park_one_row_queues
+
+    settings.DEADLETTER_HANDLERS = {"zz-served": "tests.factories.ok_handler"}
+    names = park_one_row_queues(30)
+    queue.store_failed_msgs("zz-served", Message(subject="x"))
+    record_drop(connection, "zzz-gone", "expired", 3)  # holds no row, past the limit
+    figures = stats.collect(limit=5, now_ns=NOW)
+    assert [q.name for q in figures.queues] == [*names[:5], "zz-served"]
+    assert figures.others is not None
+    assert (figures.others.depth, figures.others.dropped["expired"]) == (25, 3)
+    assert (figures.totals.depth, figures.totals.dropped["expired"]) == (31, 3)
+    assert not figures.totals.expiring_complete
+
+
+def test_a_limited_collect_asks_the_same_statements_at_3000_queues() -> None:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from tests.reports.many_queues import park_one_row_queues
+
+    def asked() -> tuple[int, int]:
+        with CaptureQueriesContext(connection) as ctx:
+            figures = stats.collect(limit=10, now_ns=NOW)
+        return len(ctx.captured_queries), len(figures.queues)
+
+    park_one_row_queues(20)
+    few = asked()
+    park_one_row_queues(3000, prefix="spam-x")
+    assert asked() == few
+    assert few[1] == 10

@@ -1,5 +1,6 @@
-"""`manage.py deadletter_stats [--queue NAME ...] [--format text|json|prometheus]`:
-the figures of `deadletter.reports.stats.collect`, the same the metrics endpoint serves.
+"""`manage.py deadletter_stats [--queue NAME ...] [--format text|json|prometheus] [--limit N]`:
+the figures of `deadletter.reports.stats.collect`, the same the metrics endpoint serves;
+an unknown `--queue` is a `CommandError` naming it.
 With `DEADLETTER_EXPIRY_WARNING` set it also warns, once per message, about
 messages close to the age limit (`deadletter.reports.expiry`), so a cron job suffices."""
 
@@ -16,8 +17,11 @@ from django.db import DatabaseError
 
 from deadletter.management.arguments import add_queue_argument
 from deadletter.reports import expiry, stats
+from deadletter.reports import queues as queue_pages
 from deadletter.store.counters import DROP_REASONS
 
+DEFAULT_LIMIT = 1000
+OTHERS = "(other queues)"
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)\s*$")
 _UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86_400}
 
@@ -86,13 +90,27 @@ class Command(BaseCommand):
             help=f"Rows read from each queue's head for the attempts histogram "
             f"(default {stats.ATTEMPTS_SAMPLE}; 'all' reads every row).",
         )
+        parser.add_argument(
+            "--limit",
+            type=sample,
+            default=DEFAULT_LIMIT,
+            metavar="N",
+            help=f"List the queues of DEADLETTER_HANDLERS and the first N others by name; "
+            f"the rest are summed in one row (default {DEFAULT_LIMIT}; 'all' lists every queue).",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         queues = options["queues"]
         try:
+            for name in queues or []:
+                if not queue_pages.is_known_queue(name):
+                    raise CommandError(queue_pages.unknown_queue_message(name))
             warned = expiry.warn_expiring(queues)
             figures = stats.collect(
-                queues, horizon=options["horizon"], attempts_sample=options["attempts_sample"]
+                queues,
+                horizon=options["horizon"],
+                attempts_sample=options["attempts_sample"],
+                limit=options["limit"],
             )
         except DatabaseError as exc:
             raise CommandError(f"could not read the queue: {exc}") from exc
@@ -120,6 +138,8 @@ class Command(BaseCommand):
         head += ["waiting", "paused"]
         head += [r.replace("_", " ") for r in DROP_REASONS]
         rows = [self._row(q) for q in figures.queues]
+        if figures.others is not None:
+            rows.append([OTHERS, *self._row(figures.others)[1:]])
         rows.append(["TOTAL", *self._row(figures.totals)[1:]])
         table = self._align([head, *rows])
         labels = stats.bucket_labels()
@@ -127,7 +147,13 @@ class Command(BaseCommand):
         for q in [*figures.queues, figures.totals]:
             name = q.name or "TOTAL"
             attempts.append([name, *(str(q.attempts[b]) for b in labels), str(q.attempts_rows)])
-        return table + "\n\n" + self._align(attempts)
+        note = ""
+        if figures.others is not None:
+            note = (
+                f"\n\n{OTHERS}: the queues past --limit, summed (depth, waiting and drops; "
+                "their ages, expiring and attempts are not read). --limit all lists every queue."
+            )
+        return table + "\n\n" + self._align(attempts) + note
 
     def _row(self, q: stats.QueueStats) -> list[str]:
         expiring = f"{q.expiring}" + ("" if q.expiring_complete else "+")
