@@ -246,3 +246,24 @@ def test_the_task_modules_are_loaded_as_a_worker_loads_them_before_a_lookup(
     problem = redriving.load_task_modules(app)
 
     assert (before, problem, name in app.tasks) == (False, None, True)
+
+
+def test_the_api_s_drain_keeps_a_task_it_cannot_redrive(
+    record: str, tmp_path: Path, settings: Any, client: Any, admin_user: Any
+) -> None:
+    settings.SECRET_KEY = "the-key-it-was-parked-under"
+    celery_jobs.flaky.apply(args=(str(tmp_path / "fixed"), record))
+    [item] = fetch_failed_msgs(QUEUE)
+    settings.SECRET_KEY, settings.SECRET_KEY_FALLBACKS = "the-key-in-use-now", []
+    client.force_login(admin_user)
+
+    response = client.post(
+        f"/deadletter/api/queues/{QUEUE}/drain/",
+        {"ignore_backoff": True},
+        content_type="application/json",
+    )
+
+    assert response.status_code == 200
+    assert response.json()["dropped"]["permanent"] == 0
+    [kept] = fetch_failed_msgs(QUEUE)
+    assert kept.key == item.key and is_held(kept.last_error)
