@@ -234,6 +234,51 @@ def check_api_mount(
     ]
 
 
+PROXY_SETTINGS = ("SECURE_PROXY_SSL_HEADER", "USE_X_FORWARDED_HOST", "USE_X_FORWARDED_PORT")
+
+
+def check_api_proxy(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[checks.CheckMessage]:
+    """The API's failed-authentication throttle counts per client address, DRF's
+    `get_ident`: the last `NUM_PROXIES` entries of X-Forwarded-For, and without
+    `NUM_PROXIES` the whole header as the client wrote it. A site that trusts a
+    proxy's headers is behind one, where that header is how clients get a new
+    address on every request."""
+    from django.conf import settings
+
+    trusted = [name for name in PROXY_SETTINGS if getattr(settings, name, None)]
+    drf = getattr(settings, "REST_FRAMEWORK", None) or {}
+    rates = conf.API_THROTTLE_RATES
+    if (
+        not trusted
+        or drf.get("NUM_PROXIES") is not None
+        or not isinstance(rates, dict)
+        or rates.get("failed_auth") is None
+    ):
+        return []
+    try:
+        from django.urls import get_resolver
+
+        mounted = _includes(get_resolver().url_patterns, "deadletter.api.urls")
+    except Exception:  # noqa: BLE001  (a URLconf that does not load is Django's check to report)
+        return []
+    if not mounted:
+        return []
+    return [
+        checks.Warning(
+            f"The site trusts a proxy's headers ({', '.join(trusted)}) but "
+            "REST_FRAMEWORK['NUM_PROXIES'] is unset: the API's failed-authentication "
+            "throttle then counts failures per X-Forwarded-For header as the client sent "
+            "it, so a client writing a new one on each request is never slowed.",
+            hint="Set REST_FRAMEWORK['NUM_PROXIES'] to the number of proxies in front of "
+            "the site that append to X-Forwarded-For (1 for one nginx or load balancer), "
+            "or 0 if none does.",
+            id="deadletter.W004",
+        )
+    ]
+
+
 def _includes(patterns: Any, module: str) -> bool:
     for pattern in patterns:
         if isinstance(pattern, URLResolver):
@@ -375,6 +420,7 @@ def register() -> None:
     importing this module has no side effect (Django keeps a set: twice is once)."""
     checks.register(check_settings, "deadletter")
     checks.register(check_api_mount, "deadletter", checks.Tags.urls)
+    checks.register(check_api_proxy, "deadletter", checks.Tags.urls, checks.Tags.security)
     checks.register(check_handlers, "deadletter")
     checks.register(check_time_limits, "deadletter")
     checks.register(check_database_server, "deadletter", checks.Tags.database)

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import io
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from django.core.management import call_command
 
-from deadletter.checks import check_api_mount, check_handlers, check_settings
+from deadletter.checks import check_api_mount, check_api_proxy, check_handlers, check_settings
 from tests.factories import REPO, manage_py
 
 not_callable = 42
@@ -251,6 +253,52 @@ def test_e008_is_quiet_when_the_api_is_not_mounted(settings: Any) -> None:
     settings.INSTALLED_APPS = without_rest_framework(settings.INSTALLED_APPS)
     settings.ROOT_URLCONF = "tests.test_checks"
     assert check_api_mount() == []
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("SECURE_PROXY_SSL_HEADER", ("HTTP_X_FORWARDED_PROTO", "https")),
+        ("USE_X_FORWARDED_HOST", True),
+        ("USE_X_FORWARDED_PORT", True),
+    ],
+)
+def test_w004_a_trusted_proxy_header_without_num_proxies(
+    settings: Any, name: str, value: object
+) -> None:
+    setattr(settings, name, value)
+    (warning,) = check_api_proxy()
+    assert warning.id == "deadletter.W004"
+    assert name in warning.msg and "NUM_PROXIES" in warning.msg
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"REST_FRAMEWORK": {"NUM_PROXIES": 1}},
+        {"REST_FRAMEWORK": {"NUM_PROXIES": 0}},
+        {"DEADLETTER_API_THROTTLE_RATES": {"failed_auth": None}},
+        {"ROOT_URLCONF": "tests.test_checks"},
+    ],
+)
+def test_w004_is_quiet_where_no_address_is_read_from_the_header(
+    settings: Any, change: dict[str, Any]
+) -> None:
+    settings.SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    for name, value in change.items():
+        setattr(settings, name, value)
+    assert check_api_proxy() == []
+
+
+def test_w004_is_quiet_without_a_proxy_header() -> None:
+    assert check_api_proxy() == []
+
+
+def test_manage_py_check_reports_w004(settings: Any) -> None:
+    settings.USE_X_FORWARDED_HOST = True
+    out, err = io.StringIO(), io.StringIO()
+    call_command("check", stdout=out, stderr=err)
+    assert "deadletter.W004" in err.getvalue()
 
 
 def test_manage_py_check_reports_the_sqlite_checks_with_database_and_the_api_always(
