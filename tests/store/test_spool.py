@@ -7,11 +7,13 @@ import contextlib
 import fcntl
 import logging
 import os
+import random
 import signal
 import sqlite3
 import struct
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -259,6 +261,52 @@ def test_on_a_full_disk_a_park_returns_a_key_that_survives_sigkill_or_raises(
         )
         assert fetched.returncode == 0, fetched.stderr
         assert fetched.stdout.split() == returned
+
+
+MID_WRITE_APPENDER = """
+import sys, django
+django.setup()
+from pathlib import Path
+from deadletter.store import spool
+spooled = spool.SpoolFile(Path(sys.argv[1]))
+print(spooled.path, flush=True)
+big = bytes(16 << 20)  # long enough a copy into the file that a kill often lands in it
+for n in range(100):
+    spooled.append("q", n.to_bytes(4, "big"), big if n else b"small")
+    print(n.to_bytes(4, "big").hex(), flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_a_process_killed_mid_append_leaves_its_whole_records_and_a_tear_recovery_names(
+    tmp_path: Path, subprocess_env: dict[str, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    rng = random.Random()
+    with tmpfs(tmp_path / "small", "128m") as small:
+        for attempt in range(6):
+            appender = subprocess.Popen(
+                [sys.executable, "-c", MID_WRITE_APPENDER, str(small / f"spool-{attempt}")],
+                cwd=REPO,
+                env=subprocess_env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,  # the full disk that ends an appender not killed
+                text=True,
+            )
+            assert appender.stdout is not None
+            path = Path(appender.stdout.readline().strip())
+            first = appender.stdout.readline()  # the small record's append returned
+            time.sleep(rng.uniform(0, 0.15))
+            appender.send_signal(signal.SIGKILL)
+            returned = {bytes.fromhex(line) for line in (first + appender.stdout.read()).split()}
+            appender.wait(timeout=30)
+            data = path.read_bytes()
+            caplog.clear()
+            with caplog.at_level(logging.ERROR, logger="deadletter"):
+                recovered = spool.read_records(data, path)
+            kept = sum(len(spool.encode_record(*r)) for r in recovered)
+            assert returned <= {key for _, key, _ in recovered}
+            assert (kept < len(data)) == (f"discarded offset={kept}" in caplog.text)
+            path.unlink()
 
 
 # --- a file recovery may not remove ---------------------------------------------------------
