@@ -73,7 +73,7 @@ def deliver(
     * raises `PermanentFailure`: the row is dropped;
     * raises `NeedsOperator`: the row is kept for an operator, whatever the
       attempts limit: `LastError` says why (`HELD_MARK` first), `Attempts` is
-      raised, and no drain hands it over again before `policy.held_wait`;
+      left as it was, and no drain hands it over again before `policy.held_wait`;
     * raises anything else: the row stays under its key with `Attempts` raised
       and `LastError` recorded, or is dropped once `max_attempts` is reached;
       under `policy`'s backoff it is not due again before the wait is over.
@@ -166,10 +166,12 @@ def _failed(
 
 
 def _held(item: queue.Queued, exc: NeedsOperator, policy: Policy | None) -> Outcome:
-    attempts = item.attempts + 1
+    """Keep the row for an operator: `Attempts` stays as it was, so a message held
+    for days is not dropped by the limit at its first ordinary failure after the fix."""
+    attempts = item.attempts
     error = held_error(exc)
-    extra = {**item.msg.extra, ATTEMPTS_KEY: attempts, LAST_ERROR_KEY: error}
-    due_at = datetime.now(UTC) + timedelta(seconds=held_wait(policy, attempts))
+    extra = {**item.msg.extra, LAST_ERROR_KEY: error}
+    due_at = datetime.now(UTC) + timedelta(seconds=held_wait(policy, attempts + 1))
     logger.warning(
         "message kept for an operator queue=%s key=%s attempts=%s error=%s due_at=%s",
         keys.queue_of(item.key),

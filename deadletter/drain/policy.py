@@ -76,8 +76,8 @@ class PolicyProblem:
 
 
 def held_wait(policy: Policy | None, attempts: int) -> float:
-    """Seconds before a message kept for an operator, now at `attempts`, is handed
-    over again: its queue's backoff (so the wait grows), else `HELD_WAIT`."""
+    """Seconds before a message kept for an operator is handed over again: its
+    queue's backoff wait after `attempts`, else `HELD_WAIT`."""
     wait = policy.wait_seconds(attempts) if policy is not None else None
     return HELD_WAIT if wait is None else wait
 

@@ -232,7 +232,7 @@ def test_a_backend_the_settings_lack_is_kept_for_an_operator(
 
     assert report.held == 1
     [after] = parked()
-    assert after.extra["Attempts"] == 1
+    assert after.extra.get("Attempts", 0) == item.attempts
     assert is_held(after.extra["LastError"]) and "gone" in after.extra["LastError"]
 
 
@@ -424,7 +424,7 @@ def test_a_task_sealed_under_a_key_rotated_out_is_kept_saying_why_and_redrives_o
     ):
         redriven = drain.redeliver([item.key])
 
-    assert (held.held, kept.key, kept.attempts) == (1, item.key, 1)
+    assert (held.held, kept.key, kept.attempts) == (1, item.key, item.attempts)
     assert is_held(kept.last_error) and "SECRET_KEY_FALLBACKS" in str(kept.last_error)
     assert redriven.delivered == 1 and Path(record).read_text() == "rotated\n"
 

@@ -232,7 +232,7 @@ def test_a_message_kept_for_an_operator_stays_under_its_key_saying_why() -> None
     report = drain()
     stayed = row(key)
     assert stayed.extra["LastError"] == "NeedsOperator: task billing.charge is not registered here"
-    assert stayed.extra["Attempts"] == 1
+    assert "Attempts" not in stayed.extra
     assert (report.held, report.failed, sum(report.dropped.values())) == (1, 0, 0)
 
 
@@ -245,7 +245,7 @@ def test_a_message_kept_for_an_operator_is_never_dropped_at_the_attempts_limit(
     first = drain()
     second = redeliver([key])
     assert (first.held, second.held, second.dropped["max_attempts"]) == (1, 1, 0)
-    assert row(key).extra["Attempts"] == 2
+    assert row(key).extra.get("Attempts", 0) == 0
     assert [name for name, _ in received if name == "dropped"] == []
 
 
