@@ -158,7 +158,7 @@ class FailedAuthThrottle(ConfiguredRate, SimpleRateThrottle):
     address is a 429 with Retry-After, but a request whose credential authenticates
     still gets through: clients behind one proxy share an address, and one of
     them guessing must not turn the others away (`FailedCredentialThrottle`
-    bounds the guessing)."""
+    bounds guessing a password)."""
 
     scope = "failed_auth"
 
