@@ -374,6 +374,41 @@ def test_a_spool_file_no_one_may_change_is_left_and_said_so_until_it_may(
     assert list(folder.iterdir()) == []
 
 
+RECOVER_AS_ANOTHER = """
+import os, sys, django
+django.setup()
+from deadletter import fetch_failed_msgs
+print(os.access(sys.argv[1], os.W_OK), " ".join(q.key.hex() for q in fetch_failed_msgs("q")))
+"""
+
+
+@pytest.mark.slow
+def test_a_spool_file_another_user_owns_is_written_once_by_a_process_that_may_remove_it(
+    folder: Path, subprocess_env: dict[str, str]
+) -> None:
+    key = keys.new_key(b"q")
+    path = folder / "1-1-1.spool"
+    path.write_bytes(record("q", key, stamped("theirs")))
+    os.chown(path, 65534, 65534)  # nobody's, read-only: root in a user namespace may not write it
+    path.chmod(0o444)
+    try:
+        done = subprocess.run(
+            ["unshare", "--user", "--map-root-user", sys.executable, "-c", RECOVER_AS_ANOTHER]
+            + [str(path)],
+            cwd=REPO,
+            env=subprocess_env,
+            capture_output=True,
+            text=True,
+        )
+    except FileNotFoundError:
+        pytest.skip("no unshare to run a process that may not write another user's file")
+    if done.returncode != 0 and done.stderr.startswith("unshare:"):
+        pytest.skip(f"user namespaces are not allowed here: {done.stderr.strip()}")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", key.hex()]
+    assert list(folder.iterdir()) == []
+
+
 # --- many parkers at once --------------------------------------------------------------------
 
 
