@@ -41,7 +41,8 @@ def warn_expiring(queues: Iterable[str] | None = None, *, now_ns: int | None = N
     threshold = now - gotime.duration_ns(max_age) + gotime.duration_ns(horizon)
     connection = sql.connection()
     if queues is None:
-        names = [keys.queue_of(head) for head in scans.queue_heads(connection)]
+        heads = scans.queue_heads(connection)
+        names = [keys.queue_of(head) for head in heads if _may_expire(head, threshold)]
     else:
         names = list(queues)
     warned_at = gotime.utc_datetime(now)
@@ -76,6 +77,19 @@ def warn_expiring(queues: Iterable[str] | None = None, *, now_ns: int | None = N
                 )
                 warned += 1
     return warned
+
+
+def _may_expire(head: bytes, threshold_ns: int) -> bool:
+    """Whether a queue whose lowest key is `head` can hold a row `expiring_rows` finds:
+    its rows are in key-time order, so only a head parked before the threshold can
+    (a legacy head tells nothing and is read). One head per queue, so however many
+    queues there are, only those with a message this old are read further."""
+    if keys.is_legacy_key(head):
+        return True
+    try:
+        return keys.parse_key(head).time_ns < threshold_ns
+    except ValueError:
+        return True
 
 
 def _forget_gone(connection: sql.BaseDatabaseWrapper) -> None:

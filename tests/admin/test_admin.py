@@ -875,3 +875,28 @@ def test_overview_names_the_parked_queues_no_handler_delivers(admin_client, sett
     assert page.text.count(">no handler</span>") == 1
     listing = open_page(admin_client, page.link("orphan"))
     assert "b" in listing.text
+
+
+@pytest.mark.django_db(transaction=True)
+def test_purge_takes_a_typed_queue_and_its_page_does_not_grow_with_the_queues(
+    admin_client,
+) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from deadletter.wire import codec
+    from tests.reports.many_queues import park_one_row_queues
+
+    long_ago = datetime.now(UTC) - timedelta(days=40)
+    for name in ("a", "b"):
+        QueuedMessage.objects.create(
+            key=keys.make_key(name, int(long_ago.timestamp()) * 1_000_000_000, 1),
+            value=codec.encode_one(Message(subject="old", queued_at=long_ago)),
+        )
+    overview = open_page(admin_client, OVERVIEW)
+    few = open_page(admin_client, overview.link("Purge expired"))
+    park_one_row_queues(3000)
+    many = open_page(admin_client, overview.link("Purge expired"))
+    assert len(many.text) == len(few.text)
+    done = many.submit(admin_client, many.forms[-1], queue="a")
+    assert "Purged 1 expired message(s)." in done.text
+    assert QueuedMessage.objects.filter(key__gte=b"b", key__lt=b"b\x01").count() == 1

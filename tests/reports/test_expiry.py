@@ -78,3 +78,24 @@ def test_only_the_chosen_queues(received) -> None:
     park_aged("hooks", days_ago=28, seq=1)
     assert expiry.warn_expiring(["hooks"]) == 1
     assert [r["sender"] for r in received] == ["hooks"]
+
+
+def test_only_queues_with_a_message_that_old_are_read_however_many_queues_there_are(
+    received,
+) -> None:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from tests.reports.many_queues import park_one_row_queues
+
+    def warned() -> tuple[int, int]:
+        with CaptureQueriesContext(connection) as ctx:
+            n = expiry.warn_expiring()
+        return len(ctx.captured_queries), n
+
+    park_aged("mail", days_ago=28, seq=1)
+    park_one_row_queues(20)
+    assert warned()[1] == 1
+    queries, _ = warned()
+    park_one_row_queues(3000, prefix="spam-x")
+    assert warned() == (queries, 0)
