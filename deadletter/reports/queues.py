@@ -24,6 +24,7 @@ from deadletter.wire import keys
 __all__ = [
     "QueuePage",
     "Totals",
+    "holds_a_row",
     "is_known_queue",
     "page_after",
     "page_before",
@@ -141,16 +142,20 @@ def is_known_queue(name: str) -> bool:
     """Whether `name` is a queue an operator can ask about: it holds a row, has a
     handler in `DEADLETTER_HANDLERS` or has dropped a message. `ValueError` for
     an invalid name."""
-    low, high = keys.queue_bounds(name)
-    if name in conf.HANDLERS:
+    keys.encode_queue_name(name)
+    if name in conf.HANDLERS or holds_a_row(name):
         return True
+    return bool(drop_counts(sql.connection(), [name]))
+
+
+def holds_a_row(name: str) -> bool:
+    """Whether queue `name` holds a row (a message or a legacy aggregate): one seek."""
+    low, high = keys.queue_bounds(name)
     connection = sql.connection()
     query = sql.statement(
         connection, "SELECT 1 FROM {table} WHERE {key} >= %s AND {key} < %s LIMIT 1"
     )
-    if sql.read(connection, query, (low, high)):
-        return True
-    return bool(drop_counts(connection, [name]))
+    return bool(sql.read(connection, query, (low, high)))
 
 
 def unknown_queue_message(name: str) -> str:

@@ -187,7 +187,7 @@ def listed_queues(limit: int) -> tuple[list[str], bool]:
     any queue was left out. About `limit` index seeks plus one per handler."""
     connection = sql.connection()
     configured = [n for n in conf.HANDLERS if _valid(n)]
-    held = [s.name for s in map(summaries.queue_status, configured) if s.depth]
+    held = [name for name in configured if queue_pages.holds_a_row(name)]
     dropped = drop_counts(connection, configured) if configured else {}
     listed = set(held) | set(dropped)
     page = queue_pages.page_after(None, limit + len(configured))
