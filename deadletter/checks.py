@@ -14,6 +14,7 @@ from django.urls import URLResolver
 
 from deadletter.conf import DEFAULT_API_THROTTLE_RATES, conf
 from deadletter.drain.handlers import handler_problems
+from deadletter.drain.service import outage_limit_problem
 from deadletter.drain.timeouts import handler_timeout_problem, seconds_of
 from deadletter.store import sql
 
@@ -357,6 +358,12 @@ def check_time_limits(
                     id="deadletter.E011",
                 )
             )
+    errors += _problem_error(
+        outage_limit_problem(conf.raw("DATABASE_OUTAGE_LIMIT")),
+        hint="Leave it unset for 5 minutes, or set e.g. "
+        "DEADLETTER_DATABASE_OUTAGE_LIMIT = timedelta(minutes=10).",
+        check_id="deadletter.E019",
+    )
     return errors
 
 

@@ -31,6 +31,7 @@ _DEFAULTS: dict[str, Any] = {
     "MAX_ROW_BYTES": 4 * 2**20,
     "ADMIN_TIME_BUDGET": 5.0,
     "API_TIME_BUDGET": 25.0,
+    "DATABASE_OUTAGE_LIMIT": timedelta(minutes=5),
     "HANDLER_TIMEOUT": None,
     "EXPIRY_WARNING": None,
     "METRICS_TOKEN": None,
@@ -118,6 +119,14 @@ class Settings:
         """Seconds an API drain may take: it stops handing messages over then, and a
         handler still running is given up on (under a proxy's usual 30 s)."""
         return float(_read("API_TIME_BUDGET"))
+
+    @property
+    def DATABASE_OUTAGE_LIMIT(self) -> float:
+        """Seconds a drain service (`deadletter_drain --forever`) goes on failing to
+        reach the queue's database before it exits non-zero, so that its supervisor
+        restarts it and an operator hears of it; set as a `timedelta` or seconds."""
+        value = _read("DATABASE_OUTAGE_LIMIT")
+        return value.total_seconds() if isinstance(value, timedelta) else float(value)
 
     @property
     def HANDLER_TIMEOUT(self) -> float | None:

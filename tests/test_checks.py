@@ -12,7 +12,13 @@ from typing import Any
 import pytest
 from django.core.management import call_command
 
-from deadletter.checks import check_api_mount, check_api_proxy, check_handlers, check_settings
+from deadletter.checks import (
+    check_api_mount,
+    check_api_proxy,
+    check_handlers,
+    check_settings,
+    check_time_limits,
+)
 from tests.factories import REPO, manage_py
 
 not_callable = 42
@@ -337,3 +343,17 @@ def test_e017_api_queues_is_none_or_a_list_of_patterns(settings: Any, patterns: 
 def test_e017_accepts_a_list_of_patterns(settings: Any) -> None:
     settings.DEADLETTER_API_QUEUES = ["mail-*", "webhooks"]
     assert check_settings() == []
+
+
+@pytest.mark.parametrize("limit", [0, -5, timedelta(0), "5 min", None, True, float("inf")])
+def test_e019_the_database_outage_limit_is_a_positive_timedelta_or_seconds(
+    settings: Any, limit: Any
+) -> None:
+    settings.DEADLETTER_DATABASE_OUTAGE_LIMIT = limit
+    assert ids(check_time_limits()) == ["deadletter.E019"]
+
+
+@pytest.mark.parametrize("limit", [timedelta(minutes=10), 30, 0.5])
+def test_e019_accepts_a_timedelta_or_seconds(settings: Any, limit: Any) -> None:
+    settings.DEADLETTER_DATABASE_OUTAGE_LIMIT = limit
+    assert check_time_limits() == []

@@ -58,3 +58,13 @@ def test_conf_reads_no_private_attribute_of_django_settings() -> None:
     source = Path(deadletter.conf.__file__).read_text()
     assert "_wrapped" not in source
     assert "__dict__" not in source
+
+
+def test_the_database_outage_limit_is_five_minutes_of_seconds_from_a_timedelta_or_a_number(
+    settings: Any,
+) -> None:
+    assert conf.DATABASE_OUTAGE_LIMIT == 300.0
+    settings.DEADLETTER_DATABASE_OUTAGE_LIMIT = timedelta(minutes=1, seconds=30)
+    assert conf.DATABASE_OUTAGE_LIMIT == 90.0
+    settings.DEADLETTER_DATABASE_OUTAGE_LIMIT = 12
+    assert conf.DATABASE_OUTAGE_LIMIT == 12.0

@@ -37,6 +37,7 @@ from deadletter.drain.locking import QueueLock
 from deadletter.drain.outcomes import DrainReport, Outcome, deliver
 from deadletter.drain.timeouts import HungHandlers, TimeLimit, configured_handler_timeout
 from deadletter.drain.workers import Budget, Cursor, Guard, Worker, WorkerPool
+from deadletter.store import sql
 
 __all__ = ["PROGRESS_EVERY", "Drainer"]
 
@@ -137,6 +138,17 @@ class Drainer:
     def pause_between_passes(self, seconds: float) -> None:
         """Wait `seconds` before the next pass, or until asked to stop."""
         self._stop.wait(seconds)
+
+    def reconnect(self) -> None:
+        """Begin a pass on a working connection, as Django begins a request: one
+        that an error left unusable (a server restart, a failover, a killed
+        session) or that outlived `CONN_MAX_AGE` is closed, and the queue's
+        database is connected now, raising the driver's `DatabaseError` if it
+        cannot be reached. `serve` calls it before each pass; the pool's workers
+        start each pass on connections of their own."""
+        connection = sql.connection()
+        sql.recycle(connection)
+        connection.ensure_connection()
 
     def pending(self) -> int | None:
         """Rows the run would visit now: a progress bar's total (None if unknown)."""

@@ -2,27 +2,56 @@
 pass, each from a fresh snapshot of the queues' tails, so what is parked while
 it runs is handed over by the next pass; a stop (SIGTERM, SIGINT) ends it after
 the message in hand, between passes at once.
+
+Each pass begins on a working connection (`Drainer.reconnect`), so a server
+restart, a failover or a killed session costs at most the pass it cut short. A
+database that cannot be reached for `DEADLETTER_DATABASE_OUTAGE_LIMIT` ends the
+service with `ServiceReport.failure` saying why, for the command to exit
+non-zero on and its supervisor to restart it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
 
+from django.db import DatabaseError
+
+from deadletter.conf import conf
+from deadletter.drain.errors import DrainConfigError
 from deadletter.drain.outcomes import DrainReport
 from deadletter.drain.run import Drainer
+from deadletter.drain.timeouts import seconds_of
+from deadletter.store import sql
 
-__all__ = ["DEFAULT_INTERVAL", "ServiceReport", "serve"]
+__all__ = [
+    "DEFAULT_INTERVAL",
+    "RECONNECT_PAUSE",
+    "ServiceReport",
+    "configured_outage_limit",
+    "outage_limit_problem",
+    "serve",
+]
 
 logger = logging.getLogger("deadletter")
 
 DEFAULT_INTERVAL = 60.0
+RECONNECT_PAUSE = 1.0
+"""The least wait between two tries to reach a database that is down (`--interval 0`
+must not spin on it)."""
+
+UNREACHABLE = "database unreachable"
+"""`ServiceReport.stopped_by` when the outage limit ended the service."""
 
 
 @dataclasses.dataclass
 class ServiceReport:
-    """What a service run did over all its passes; `last` is its last pass."""
+    """What a service run did over all its passes; `last` is its last pass.
+    `failure` is one line saying why the service gave up, when it did."""
 
     passes: int = 0
     delivered: int = 0
@@ -30,6 +59,28 @@ class ServiceReport:
     errors: int = 0
     last: DrainReport | None = None
     stopped_by: str | None = None
+    failure: str | None = None
+
+
+def outage_limit_problem(value: Any) -> str | None:
+    """What is wrong with `DEADLETTER_DATABASE_OUTAGE_LIMIT` (E019), or None; the
+    service refuses to start on the same text."""
+    seconds = value.total_seconds() if isinstance(value, timedelta) else seconds_of(value)
+    if seconds is None or seconds <= 0:
+        return (
+            "DEADLETTER_DATABASE_OUTAGE_LIMIT must be a timedelta or a number of seconds "
+            f"above 0, got {value!r}"
+        )
+    return None
+
+
+def configured_outage_limit() -> float:
+    """`DEADLETTER_DATABASE_OUTAGE_LIMIT` in seconds, or `DrainConfigError` with check
+    E019's text."""
+    problem = outage_limit_problem(conf.raw("DATABASE_OUTAGE_LIMIT"))
+    if problem is not None:
+        raise DrainConfigError(problem)
+    return conf.DATABASE_OUTAGE_LIMIT
 
 
 def serve(
@@ -41,9 +92,42 @@ def serve(
 ) -> ServiceReport:
     """Run `drainer` pass after pass, `interval` seconds from one pass's end to the
     next one's start, until it is stopped (or after `passes`, for tests and
-    one-off loops). Each pass logs one line; `on_pass` hears of each report."""
+    one-off loops). Each pass logs one line; `on_pass` hears of each report.
+
+    Before each pass the queue's database is reached afresh; while it cannot be,
+    no pass runs and it is tried again (at least `RECONNECT_PAUSE` apart), until
+    the outage limit, which ends the service with `failure` set."""
+    limit = configured_outage_limit()
     total = ServiceReport()
+    down_since: float | None = None
     while not drainer.stopping():
+        try:
+            drainer.reconnect()
+        except DatabaseError as exc:
+            now = time.monotonic()
+            down_since = now if down_since is None else down_since
+            down_for = now - down_since
+            if down_for >= limit:
+                total.failure = _gave_up(exc, down_for, limit)
+                logger.error("drain service gave up: %s", total.failure)
+                drainer.stop(UNREACHABLE)
+                break
+            logger.error(
+                "drain cannot reach the database database=%s down_for=%.1f limit=%g error=%s",
+                conf.DATABASE,
+                down_for,
+                limit,
+                _first_line(exc),
+            )
+            drainer.pause_between_passes(min(max(interval, RECONNECT_PAUSE), limit - down_for))
+            continue
+        if down_since is not None:
+            logger.warning(
+                "drain reached the database again database=%s down_for=%.1f",
+                conf.DATABASE,
+                time.monotonic() - down_since,
+            )
+            down_since = None
         report = drainer.run()
         total.passes += 1
         total.delivered += report.delivered
@@ -66,3 +150,17 @@ def serve(
         drainer.pause_between_passes(interval)
     total.stopped_by = drainer.stopped_by
     return total
+
+
+def _gave_up(exc: DatabaseError, down_for: float, limit: float) -> str:
+    where = sql.where(sql.connection())
+    return (
+        f"cannot reach {where} for {down_for:.0f} s "
+        f"(DEADLETTER_DATABASE_OUTAGE_LIMIT is {limit:g} s): {_first_line(exc)}"
+    )
+
+
+def _first_line(exc: BaseException) -> str:
+    """The driver's message without its second and later lines (psycopg adds hints)."""
+    lines = str(exc).strip().splitlines()
+    return lines[0].strip() if lines else type(exc).__name__

@@ -95,11 +95,40 @@ def store_failed_msgs(queue: str, msg: Message) -> bytes:
             raise QueueingError(f"the message could not be parked: {exc}") from exc
     else:
         detached.settle_now_and_then(connection)
-    key = insert_value(connection, prefix, value, queue=queue, instrumented=instrumented)
+    key = keys.new_key(prefix)
+    try:
+        key = insert_value(
+            connection, prefix, value, queue=queue, key=key, instrumented=instrumented
+        )
+    except QueueingError:
+        lost = sql.close_if_lost(connection)  # the next park connects afresh
+        if not lost or instrumented:  # the caller's transaction's park fails loudly
+            raise
+        key = _park_again(connection, prefix, key, value, queue)
     if signals.message_enqueued.receivers:
         parked = _as_parked(msg, stamp_ns)
         sql.after_commit(connection, signals.message_enqueued, sender=queue, key=key, msg=parked)
     return key
+
+
+def _park_again(
+    connection: BaseDatabaseWrapper, prefix: bytes, key: bytes, value: bytes, queue: str
+) -> bytes:
+    """A park's one retry, on a fresh connection after its own was lost: a row the
+    lost INSERT did commit (only its answer was lost) is kept, not written twice."""
+    logger.warning("store retried on a fresh connection queue=%s key=%s", queue, key.hex())
+    try:
+        present = sql.read(connection, _present_sql(connection), (key,))
+    except DatabaseError as exc:
+        logger.exception("store failed queue=%s", queue)
+        raise QueueingError from exc
+    if present:
+        return key
+    return insert_value(connection, prefix, value, queue=queue, key=key)
+
+
+def _present_sql(connection: BaseDatabaseWrapper) -> str:
+    return sql.statement(connection, "SELECT 1 FROM {table} WHERE {key} = %s")
 
 
 def _as_parked(msg: Message, stamp_ns: int | None) -> Message:
@@ -159,6 +188,7 @@ def remove_msg(key: bytes) -> Removal:
         deleted = sql.write(connection, delete_sql(connection), (key,))
     except DatabaseError:
         logger.exception("dequeue failed key=%s", key.hex())
+        sql.close_if_lost(connection)  # the next call connects afresh
         return Removal.FAILED
     if not deleted:
         return Removal.ABSENT
@@ -207,6 +237,7 @@ def _peek(queue: str, limit: int) -> list[Queued]:
         rows = sql.read(connection, page_sql(connection, True, limit), (low, high))
     except DatabaseError:
         logger.exception("fetch failed queue=%s", queue)
+        sql.close_if_lost(connection)
         return []
     cutoff, max_row_bytes = age.cutoff_ns(), conf.MAX_ROW_BYTES
     found: list[Queued] = []
@@ -302,6 +333,7 @@ def iter_failed_msgs(
                     logger.error("fetch gave up on a row rewritten under it key=%s", key.hex())
     except DatabaseError:
         logger.exception("fetch failed queue=%s", queue)
+        sql.close_if_lost(connection)
 
 
 def page_sql(connection: BaseDatabaseWrapper, inclusive: bool, batch_size: int) -> str:
