@@ -6,51 +6,49 @@ names clients make (the overview under 1 s, a scrape under 2 s). For each
 surface and size it prints the best time of REPEAT requests, the peak of
 Python's allocations during one more (tracemalloc, measured apart from the
 timed runs) and the number of statements; then the ratios of the biggest to
-the middle and to the smallest size. SQLite files; BENCH_QUEUES overrides
-the 100,000.
+the middle and to the smallest size. One database grown from one size to
+the next: a SQLite file, or a fresh PostgreSQL database when `DATABASE_URL`
+names a server. BENCH_QUEUES overrides the 100,000.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import time
 import tracemalloc
 from collections.abc import Callable
 from io import StringIO
 
-from _setup import django_on_fresh_sqlite, raw_connection
+from _setup import django_on_fresh_database
 
 QUEUES = int(os.environ.get("BENCH_QUEUES", "100000"))
 SIZES = (100, QUEUES // 10, QUEUES)
-REPEAT = 3
+REPEAT = 5
 TOKEN = "bench-token"  # noqa: S105
 
 
-def fill(path: object, count: int) -> None:
-    """`count` one-row queues, as API clients would make them, by raw SQLite."""
+def grow(start: int, stop: int) -> None:
+    """One-row queues `client-<start>` .. `client-<stop - 1>`, as API clients would
+    make them."""
+    from deadletter.models import QueuedMessage
     from deadletter.wire import codec, keys
     from deadletter.wire.gotime import GoTime
     from deadletter.wire.messages import Message
 
     value = codec.encode_one(Message(subject="spam", queued_at=GoTime.now()))
-    raw = raw_connection(path)  # type: ignore[arg-type]
-    raw.execute("BEGIN")
-    raw.executemany(
-        "INSERT INTO deadletter_queuedmessage (key, value) VALUES (?, ?)",
-        ((keys.new_key(f"client-{i:06d}"), value) for i in range(count)),
-    )
-    raw.execute("COMMIT")
-    raw.execute("ANALYZE")
-    raw.close()
+    for low in range(start, stop, 10_000):
+        QueuedMessage.objects.bulk_create(
+            QueuedMessage(key=keys.new_key(f"client-{i:06d}"), value=value)
+            for i in range(low, min(stop, low + 10_000))
+        )
 
 
 def main() -> None:
-    small_path = django_on_fresh_sqlite("queues-small")
+    vendor, target = django_on_fresh_database("queues")
     from django.conf import settings
     from django.contrib.auth.models import User
     from django.core.management import call_command
-    from django.db import connection, connections, reset_queries
+    from django.db import connection, reset_queries
     from django.test import Client
     from django.test.utils import CaptureQueriesContext
 
@@ -58,15 +56,7 @@ def main() -> None:
     settings.DEADLETTER_METRICS_TOKEN = TOKEN
     settings.DEADLETTER_EXPIRY_WARNING = None
     User.objects.create_superuser("bench", password="bench")  # noqa: S106
-    connections["default"].close()
-    paths = [small_path.with_name(f"queues-{n}.sqlite3") for n in SIZES]
-    for path, count in zip(paths, SIZES, strict=True):
-        for suffix in ("", "-wal", "-shm"):
-            path.with_name(path.name + suffix).unlink(missing_ok=True)
-        shutil.copy(small_path, path)
-        started = time.perf_counter()
-        fill(path, count)
-        print(f"filled {count:,} one-row queues in {time.perf_counter() - started:.1f} s")
+    print(f"{vendor}: {target}")
 
     def client() -> Client:
         c = Client()
@@ -90,9 +80,7 @@ def main() -> None:
         ("GET queues/", get("/api/deadletter/queues/")),
     ]
 
-    def measure(path: object, run: Callable[[Client], None]) -> tuple[float, int, int]:
-        connections["default"].close()
-        connections["default"].settings_dict["NAME"] = str(path)
+    def measure(run: Callable[[Client], None]) -> tuple[float, int, int]:
         c = client()
         run(c)
         best = float("inf")
@@ -109,11 +97,26 @@ def main() -> None:
             run(c)
         return best, peak, len(ctx.captured_queries)
 
+    found: dict[str, list[tuple[float, int, int]]] = {label: [] for label, _ in surfaces}
+    made = 0
+    for size in SIZES:
+        started = time.perf_counter()
+        grow(made, size)
+        made = size
+        with connection.cursor() as cursor:  # as autovacuum would after such an insert
+            cursor.execute(
+                {"sqlite": "ANALYZE", "postgresql": "ANALYZE deadletter_queuedmessage"}.get(
+                    vendor, "ANALYZE TABLE deadletter_queuedmessage"
+                )
+            )
+        print(f"{size:,} one-row queues ({time.perf_counter() - started:.1f} s to add)")
+        for label, run in surfaces:
+            found[label].append(measure(run))
+
     print(f"{'surface':17s}" + "".join(f" | {n:>7,} queues: time, peak mem, stmts" for n in SIZES))
-    for label, run in surfaces:
-        found = [measure(path, run) for path in paths]
-        cells = [f"{t * 1e3:8.1f} ms {m / 2**20:6.1f} MiB {q:5d}" for t, m, q in found]
-        (t0, m0, _), (t1, m1, _), (t2, m2, _) = found
+    for label, _ in surfaces:
+        cells = [f"{t * 1e3:8.1f} ms {m / 2**20:6.1f} MiB {q:5d}" for t, m, q in found[label]]
+        (t0, m0, _), (t1, m1, _), (t2, m2, _) = found[label]
         print(
             f"{label:17s} | "
             + " | ".join(f"{c:>33s}" for c in cells)
