@@ -1,12 +1,28 @@
 from __future__ import annotations
 
 import json
+import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.factories import FIXTURES, REPO
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_spool_folder_left() -> Iterator[None]:
+    """The spool folder beside the SQLite test database outlives its files (the
+    store never removes it, so parkers never race on it): the run removes it."""
+    yield
+    from django.conf import settings
+
+    from deadletter.store.spool import SUFFIX
+
+    name = settings.DATABASES["default"].get("TEST", {}).get("NAME")
+    if settings.DATABASES["default"]["ENGINE"].endswith("sqlite3") and name:
+        shutil.rmtree(f"{Path(name).absolute()}{SUFFIX}", ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -27,7 +27,7 @@ from deadletter.queue import fetch_failed_msgs, store_failed_msgs
 from deadletter.store import spool
 from deadletter.wire import codec, keys
 from deadletter.wire.messages import Message
-from tests.factories import REPO
+from tests.factories import REPO, not_allowed_here
 
 
 @pytest.fixture
@@ -155,9 +155,9 @@ def tmpfs(where: Path, size: str) -> Iterator[Path]:
             text=True,
         )
     except FileNotFoundError:
-        pytest.skip("no mount command to make a small filesystem with")
+        not_allowed_here("no mount command to make a small filesystem with")
     if done.returncode != 0:
-        pytest.skip(f"mounting a tmpfs is not allowed here: {done.stderr.strip()}")
+        not_allowed_here(f"mounting a tmpfs is not allowed here: {done.stderr.strip()}")
     try:
         yield where
     finally:
@@ -334,9 +334,9 @@ def immutable(path: Path) -> Iterator[None]:
     try:
         done = subprocess.run(["chattr", "+i", str(path)], capture_output=True, text=True)
     except FileNotFoundError:
-        pytest.skip("no chattr to make a file immutable with")
+        not_allowed_here("no chattr to make a file immutable with")
     if done.returncode != 0:
-        pytest.skip(f"this filesystem has no immutable attribute: {done.stderr.strip()}")
+        not_allowed_here(f"this filesystem has no immutable attribute: {done.stderr.strip()}")
     try:
         yield
     finally:
@@ -401,9 +401,9 @@ def test_a_spool_file_another_user_owns_is_written_once_by_a_process_that_may_re
             text=True,
         )
     except FileNotFoundError:
-        pytest.skip("no unshare to run a process that may not write another user's file")
+        not_allowed_here("no unshare to run a process that may not write another user's file")
     if done.returncode != 0 and done.stderr.startswith("unshare:"):
-        pytest.skip(f"user namespaces are not allowed here: {done.stderr.strip()}")
+        not_allowed_here(f"user namespaces are not allowed here: {done.stderr.strip()}")
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["False", key.hex()]
     assert list(folder.iterdir()) == []

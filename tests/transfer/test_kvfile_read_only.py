@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from deadletter.transfer import kvfile
-from tests.factories import FIXTURES
+from tests.factories import FIXTURES, not_allowed_here
 from tests.transfer.test_kvfile import T0, msg, row, subjects
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -59,7 +59,7 @@ def listing(folder: Path) -> list[tuple[str, int]]:
 def run_mount(*args: str) -> None:
     done = subprocess.run(["mount", *args], capture_output=True, text=True, check=False)
     if done.returncode != 0:
-        pytest.skip(f"mounting is not allowed here: {done.stderr.strip()}")
+        not_allowed_here(f"mounting is not allowed here: {done.stderr.strip()}")
 
 
 @pytest.fixture
