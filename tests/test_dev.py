@@ -31,7 +31,7 @@ def dev(
 def test_help_is_the_usage_and_nothing_else() -> None:
     result = dev("help")
     assert result.returncode == 0
-    assert "./dev serve [ADDR:PORT]" in result.stdout
+    assert "./dev serve [[ADDR:]PORT]" in result.stdout
     assert "set -euo" not in result.stdout
 
 
@@ -43,6 +43,40 @@ def test_serve_refuses_a_taken_port_before_touching_the_database(tmp_path: Path)
     assert result.returncode == 1
     assert f"127.0.0.1:{port} is taken" in result.stderr
     assert "Admin login" not in result.stdout
+    assert not database.exists()
+
+
+def test_serve_takes_a_bare_port_as_runserver_does(tmp_path: Path) -> None:
+    """Checked on a taken port, so that no server starts: the refusal names the
+    address the bare port stands for."""
+    database = tmp_path / "demo.sqlite3"
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        result = dev("serve", str(port), env={"DEADLETTER_SQLITE_PATH": str(database)})
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        f"dev serve: 127.0.0.1:{port} is taken (Address already in use); "
+        "try ./dev serve 127.0.0.1:8001"
+    ]
+    assert not database.exists()
+
+
+@pytest.mark.parametrize(
+    ("addr", "says"),
+    [
+        ("localhost:99999", "port 99999 of 'localhost:99999' is not between 1 and 65535"),
+        ("localhost:http", "'localhost:http' is not PORT or ADDR:PORT"),
+        ("no-such-host.invalid:8000", "cannot find the address 'no-such-host.invalid'"),
+    ],
+)
+def test_serve_refuses_a_bad_address_in_one_line_before_touching_the_database(
+    tmp_path: Path, addr: str, says: str
+) -> None:
+    database = tmp_path / "demo.sqlite3"
+    result = dev("serve", addr, env={"DEADLETTER_SQLITE_PATH": str(database)})
+    (line,) = result.stderr.strip().splitlines()
+    assert result.returncode == 1
+    assert line.startswith(f"dev serve: {says}")
     assert not database.exists()
 
 

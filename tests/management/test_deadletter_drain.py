@@ -438,3 +438,139 @@ def test_one_sigterm_stops_hanging_handlers_after_the_grace_and_leaves_their_row
         ("one", {}),
         ("two", {}),
     ]
+
+
+# --- a drain that cannot do its job says so -------------------------------------------------
+
+
+def test_a_parked_queue_without_a_handler_is_named_and_the_exit_status_is_one(
+    handlers: None,
+) -> None:
+    park("one")
+    park("lost", "found", queue="orphan")
+    code, out = run()
+    assert code == 1
+    assert "no handler in DEADLETTER_HANDLERS (left untouched): orphan (2 row(s))" in out
+    assert (parked(), parked("orphan")) == ([], ["lost", "found"])
+
+
+def test_with_no_handler_at_all_parked_queues_are_named_and_nothing_is_touched(
+    settings: Any,
+) -> None:
+    settings.DEADLETTER_HANDLERS = {}
+    park("lost", queue="orphan")
+    code, out = run()
+    assert code == 2
+    assert "nothing to drain" in out and "orphan (1 row(s))" in out
+    assert "Drained" not in out
+
+
+@pytest.mark.slow
+def test_forever_refuses_to_start_when_no_queue_has_a_handler(
+    subprocess_env: dict[str, str], tmp_path: Path
+) -> None:
+    (tmp_path / "no_handlers_settings.py").write_text(
+        "from project.settings import *  # noqa: F403\nDEADLETTER_HANDLERS = {}\n"
+    )
+    env = {
+        **subprocess_env,
+        "PYTHONPATH": f"{REPO}:{tmp_path}",
+        "DJANGO_SETTINGS_MODULE": "no_handlers_settings",
+    }
+    result = manage_py("deadletter_drain", "--forever", env=env, timeout=60)
+    assert result.returncode == 2
+    assert "--forever would never hand anything over" in result.stderr
+
+
+def test_no_handler_and_nothing_parked_says_there_was_nothing_to_drain(settings: Any) -> None:
+    settings.DEADLETTER_HANDLERS = {}
+    code, out = run()
+    assert code == 0
+    assert out.startswith("Nothing to drain")
+
+
+def test_the_json_summary_names_parked_queues_without_a_handler(handlers: None) -> None:
+    park("lost", queue="orphan")
+    code, out = run("--format", "json")
+    assert code == 1
+    assert json.loads(out.splitlines()[0])["no_handler"] == {"orphan": 1}
+
+
+def test_a_dry_run_names_parked_queues_without_a_handler(handlers: None) -> None:
+    park("lost", queue="orphan")
+    code, out = run("--dry-run")
+    assert code == 0
+    assert "Would leave orphan (1 row(s)) untouched: no handler for them" in out
+
+
+def _service_without_logging(env: dict[str, str], tmp: Path) -> Drain:
+    """`--forever` in a child whose settings have no LOGGING, as a fresh project's."""
+    (tmp / "no_logging_settings.py").write_text(
+        "from project.settings import *  # noqa: F403\n"
+        "del LOGGING  # noqa: F821\n"
+        "DEADLETTER_HANDLERS = {'q': 'tests.factories.ok_handler'}\n"
+    )
+    return Drain(
+        env, tmp, "--forever", "--interval", "0.05", DJANGO_SETTINGS_MODULE="no_logging_settings"
+    )
+
+
+@pytest.mark.slow
+def test_forever_prints_a_line_a_pass_without_logging_settings(
+    subprocess_env: dict[str, str], tmp_path: Path
+) -> None:
+    park("one")
+    drain = _service_without_logging(subprocess_env, tmp_path)
+    try:
+        drain.wait_for(lambda: " pass 3: " in drain.stdout.read_text())
+        drain.proc.send_signal(signal.SIGTERM)
+        assert drain.wait() == 0, drain.output()
+    finally:
+        drain.proc.kill()
+    beats = [line for line in drain.stdout.read_text().splitlines() if " pass " in line]
+    assert "pass 1: 1 delivered, 0 failed, 0 waiting" in beats[0]
+    assert "pass 2: 0 delivered" in beats[1]
+    assert "INFO" not in drain.output()  # no LOGGING indeed: the log's INFO lines go nowhere
+
+
+@pytest.mark.slow
+def test_forever_warns_each_pass_about_parked_queues_without_a_handler(
+    subprocess_env: dict[str, str], tmp_path: Path
+) -> None:
+    park("lost", queue="orphan")
+    drain = _service_without_logging(subprocess_env, tmp_path)
+    try:
+        drain.wait_for(lambda: drain.stderr.read_text().count("queues=orphan (1 row(s))") >= 2)
+        drain.proc.send_signal(signal.SIGTERM)
+        assert drain.wait() == 0, drain.output()
+    finally:
+        drain.proc.kill()
+    assert "drain leaves parked queues with no handler" in drain.stderr.read_text()
+
+
+@pytest.mark.slow
+def test_a_thread_a_handler_leaked_does_not_keep_the_service_past_the_grace(
+    subprocess_env: dict[str, str], tmp_path: Path
+) -> None:
+    """The handler starts a non-daemon thread that sleeps ten minutes: Python would
+    wait for it at exit. The service names it and exits with its own status."""
+    park("one")
+    drain = Drain(
+        subprocess_env,
+        tmp_path,
+        "--forever",
+        "--interval",
+        "0.05",
+        "--grace",
+        "1",
+        handler="tests.management.handlers.leaking_handler",
+    )
+    try:
+        drain.wait_for(lambda: "leaked" in drain.output())
+        drain.proc.send_signal(signal.SIGTERM)
+        assert drain.wait() == 0, drain.output()
+    finally:
+        drain.proc.kill()
+    assert "1 thread(s) left running by a handler outlived the 1 s grace: 'handler-leak'" in (
+        drain.stderr.read_text()
+    )

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from io import StringIO
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -105,3 +106,15 @@ def test_the_same_round_trip_in_this_database(tmp_path: Path) -> None:
     dump("-o", str(second))
     assert second.read_bytes() == first.read_bytes()
     assert os.path.getsize(first) > 0
+
+
+def test_an_unknown_queue_is_an_error_naming_it() -> None:
+    store_failed_msgs("mail", Message(subject="hello"))
+    with pytest.raises(CommandError, match="no queue 'nope'") as raised:
+        dump("--queue", "mail", "--queue", "nope")
+    assert raised.value.returncode == 2
+
+
+def test_a_queue_with_a_handler_and_no_row_dumps_nothing(settings: Any) -> None:
+    settings.DEADLETTER_HANDLERS = {"mail": "tests.factories.ok_handler"}
+    assert dump("--queue", "mail") == ("", "")

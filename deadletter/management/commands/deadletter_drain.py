@@ -3,10 +3,14 @@
 Only parses arguments and shows progress; the drain itself is
 `deadletter.drain.Drainer` (one pass) or `deadletter.drain.serve` (`--forever`).
 Exit status: 0 when nothing stayed failed, 1 when some message did, a breaker
-paused a queue, or a worker or the database failed, 2 for usage and
-configuration errors (nothing touched), 128 + signal number when a second
-SIGINT/SIGTERM stopped it at once, or the first one's `--grace` ran out. With
-`--forever`, a SIGINT/SIGTERM that stops it after the message in hand exits 0.
+paused a queue, a parked queue has no handler, or a worker or the database
+failed (unreachable, or not migrated: said in one line before any pass), 2 for
+usage and configuration errors (nothing touched; no handler at all for parked
+queues included), 128 + signal number when a second SIGINT/SIGTERM stopped it
+at once, or the first one's `--grace` ran out. With `--forever`, a
+SIGINT/SIGTERM that stops it after the message in hand exits 0. Threads a
+handler left running get what is left of the grace at exit, then are named and
+left behind.
 """
 
 from __future__ import annotations
@@ -16,10 +20,13 @@ import contextlib
 import json
 import logging
 import re
+import sys
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import DatabaseError
 
 from deadletter.drain import (
     DEFAULT_GRACE,
@@ -34,7 +41,10 @@ from deadletter.drain import (
     serve,
 )
 from deadletter.management.arguments import add_queue_argument
+from deadletter.management.database import database_errors, require_migrated
+from deadletter.management.leaks import StopClock, exit_past_leaked_threads
 from deadletter.management.progress import add_progress_argument
+from deadletter.management.queues import Unhandled, unhandled_queues
 from deadletter.wire import keys
 
 logger = logging.getLogger("deadletter")
@@ -83,6 +93,20 @@ class Command(BaseCommand):
     # Handler problems are reported by the drain itself with exit status 2,
     # before any row is touched; the full system check would exit 1.
     requires_system_checks: list[str] = []
+    grace = DEFAULT_GRACE
+    clock: StopClock | None = None
+
+    def run_from_argv(self, argv: list[str]) -> None:
+        """As Django's, then an exit that threads a handler leaked cannot hold past
+        the grace (`leaks`)."""
+        code = 0
+        try:
+            super().run_from_argv(argv)
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+        since = self.clock.asked_at if self.clock is not None else None
+        exit_past_leaked_threads(code, grace=self.grace, since=since)
+        sys.exit(code)
 
     def add_arguments(self, parser: CommandParser) -> None:
         add_queue_argument(
@@ -145,6 +169,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         fmt = options["format"]
         forever = options["forever"]
+        self.grace = options["grace"]
         if options["interval"] is not None and not forever:
             raise CommandError("--interval needs --forever", returncode=2)
         if forever and options["dry_run"]:
@@ -162,14 +187,33 @@ class Command(BaseCommand):
             )
         except DrainConfigError as exc:
             raise CommandError(str(exc), returncode=2) from exc
-        if options["dry_run"]:
-            self._dry_run(drainer, fmt)
-            return
-        if forever:
-            self._serve(drainer, options)
-            return
+        require_migrated()
+        with database_errors():
+            unhandled = self._unhandled(drainer, options)
+            if not drainer.queues:
+                self._nothing_to_drain(unhandled, forever)
+                return
+            if options["dry_run"]:
+                self._dry_run(drainer, fmt, unhandled)
+                return
+            clock = self.clock = StopClock(drainer)
+            if forever:
+                self._serve(drainer, clock, options)
+                return
+            self._once(drainer, clock, options, bar, unhandled)
+
+    def _once(
+        self,
+        drainer: Drainer,
+        clock: StopClock,
+        options: dict[str, Any],
+        bar: bool,
+        unhandled: Unhandled,
+    ) -> None:
+        """One pass, its summary, and the exit status it earned."""
+        fmt = options["format"]
         try:
-            with self._progress(drainer, bar), SignalGuard(drainer, grace=options["grace"]):
+            with self._progress(drainer, bar), SignalGuard(clock, grace=options["grace"]):
                 report = drainer.run()
         except (DrainLocked, DrainConfigError) as exc:
             raise CommandError(str(exc), returncode=2) from exc
@@ -185,24 +229,54 @@ class Command(BaseCommand):
                 f"aborted by {why}; the message in hand stays queued",
                 returncode=128 + exc.signum,
             ) from None
-        self._summary(report, fmt)
+        self._summary(report, fmt, unhandled=unhandled)
+        problems = []
         if report.exit_code:
-            raise CommandError(
-                f"{report.failed} message(s) stayed failed, {report.errors} error(s)",
-                returncode=report.exit_code,
-            )
+            problems.append(f"{report.failed} message(s) stayed failed, {report.errors} error(s)")
+        if unhandled:
+            problems.append(unhandled.line())
+        if problems:
+            raise CommandError("; ".join(problems), returncode=report.exit_code or 1)
 
-    def _serve(self, drainer: Drainer, options: dict[str, Any]) -> None:
-        """`--forever`: one log line a pass (and with `--format json` one JSON line on
-        stdout); a stop signal ends it after the message in hand, exit status 0."""
+    def _unhandled(self, drainer: Drainer, options: dict[str, Any]) -> Unhandled:
+        """Parked queues no handler takes; none when the operator chose the queues."""
+        if options["queues"] is not None:
+            return Unhandled([], False)
+        return unhandled_queues(drainer.queues)
+
+    def _nothing_to_drain(self, unhandled: Unhandled, forever: bool) -> None:
+        """No handler at all: refuse when something is parked or a service would idle
+        for ever; otherwise say there was nothing to do."""
+        if unhandled:
+            raise CommandError(f"nothing to drain: {unhandled.line()}", returncode=2)
+        if forever:
+            raise CommandError(
+                "nothing to drain: DEADLETTER_HANDLERS names no queue, so --forever would "
+                "never hand anything over",
+                returncode=2,
+            )
+        self.stdout.write("Nothing to drain: DEADLETTER_HANDLERS names no queue, none is parked.")
+
+    def _serve(self, drainer: Drainer, clock: StopClock, options: dict[str, Any]) -> None:
+        """`--forever`: one line a pass on stdout (a JSON object with `--format json`),
+        seen with or without `LOGGING`, and a warning a pass while parked queues have
+        no handler; a stop signal ends it after the message in hand, exit status 0."""
         interval = DEFAULT_INTERVAL if options["interval"] is None else options["interval"]
+        passes = 0
 
         def each(report: DrainReport) -> None:
+            nonlocal passes
+            passes += 1
             if options["format"] == "json":
                 self.stdout.write(json.dumps(report.as_dict()))
+            elif options["verbosity"] >= 1:
+                self.stdout.write(self._heartbeat(passes, report))
+            self.stdout.flush()
+            if options["queues"] is None:
+                self._warn_unhandled(drainer)
 
         try:
-            with SignalGuard(drainer, grace=options["grace"]):
+            with SignalGuard(clock, grace=options["grace"]):
                 done = serve(drainer, interval=interval, on_pass=each)
         except (DrainLocked, DrainConfigError) as exc:
             raise CommandError(str(exc), returncode=2) from exc
@@ -217,7 +291,29 @@ class Command(BaseCommand):
                 f"{done.delivered} delivered, {done.failed} failed attempt(s)."
             )
         if done.stopped_by not in ("SIGINT", "SIGTERM"):
-            raise CommandError(f"the service stopped: {done.stopped_by}", returncode=1)
+            why = done.failure or f"the service stopped: {done.stopped_by}"
+            raise CommandError(why, returncode=1)
+
+    @staticmethod
+    def _heartbeat(passes: int, report: DrainReport) -> str:
+        line = (
+            f"{datetime.now(UTC):%Y-%m-%dT%H:%M:%SZ} pass {passes}: {report.delivered} "
+            f"delivered, {report.failed} failed, {report.waiting} waiting"
+        )
+        if report.paused:
+            line += f", paused {','.join(report.paused)}"
+        if report.errors:
+            line += f", {report.errors} error(s) (see the log)"
+        return line + f" in {report.elapsed:.2f}s"
+
+    @staticmethod
+    def _warn_unhandled(drainer: Drainer) -> None:
+        try:
+            unhandled = unhandled_queues(drainer.queues)
+        except DatabaseError:
+            return  # the pass has logged what the database said
+        if unhandled:
+            logger.warning("drain leaves parked queues with no handler queues=%s", unhandled)
 
     def _want_bar(self, fmt: str) -> bool:
         if fmt != "text" or not self.stderr.isatty():
@@ -250,7 +346,7 @@ class Command(BaseCommand):
             drainer.on_outcome = tick
             yield
 
-    def _dry_run(self, drainer: Drainer, fmt: str) -> None:
+    def _dry_run(self, drainer: Drainer, fmt: str, unhandled: Unhandled) -> None:
         counts = {"deliver": 0, "expired": 0, "corrupt": 0, "waiting": 0}
         lines: list[dict[str, Any]] = []
         for name, path, item in drainer.preview():
@@ -282,22 +378,34 @@ class Command(BaseCommand):
                     f"Would drop {item.verdict} row {keys.to_text(item.key)} of {name}"
                 )
         if fmt == "json":
-            self.stdout.write(json.dumps({"dry_run": True, "would": counts, "messages": lines}))
+            summary = {"dry_run": True, "would": counts, "messages": lines}
+            self.stdout.write(json.dumps({**summary, "no_handler": dict(unhandled.counts)}))
             return
+        if unhandled:
+            self.stdout.write(f"Would leave {unhandled} untouched: no handler for them")
         self.stdout.write(
             f"Would deliver {counts['deliver']} message(s), leave {counts['waiting']} waiting, "
             f"and drop {counts['expired']} expired and {counts['corrupt']} corrupt; "
             "nothing was changed (dry run)."
         )
 
-    def _summary(self, report: DrainReport, fmt: str, grace: float | None = None) -> None:
+    def _summary(
+        self,
+        report: DrainReport,
+        fmt: str,
+        grace: float | None = None,
+        unhandled: Unhandled | None = None,
+    ) -> None:
         if fmt == "json":
-            self.stdout.write(json.dumps(report.as_dict()))
+            no_handler = dict(unhandled.counts) if unhandled else {}
+            self.stdout.write(json.dumps({**report.as_dict(), "no_handler": no_handler}))
             return
         d = report.dropped
         rate_text = f", {report.handled / report.elapsed:.1f} msg/s" if report.elapsed > 0 else ""
+        # Only a pass that met no error drained its queues; one that did says so.
+        verb = "Drained" if not report.errors else "Tried to drain"
         lines = [
-            f"Drained {', '.join(report.queues) or 'no queue'} "
+            f"{verb} {', '.join(report.queues)} "
             f"in {report.elapsed:.2f}s{rate_text}"
             + (f" with {report.workers} workers" if report.workers > 1 else ""),
             f"  delivered:    {report.delivered}",

@@ -8,10 +8,11 @@ import tempfile
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import DatabaseError
 
 from deadletter.management.arguments import add_queue_argument
+from deadletter.management.database import database_errors
 from deadletter.management.progress import add_progress_argument, progress_bar
+from deadletter.management.queues import require_known_queues
 from deadletter.transfer import ndjson
 
 
@@ -31,14 +32,14 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         queues, path = options["queues"], options["output"]
         try:
-            if path is None:
-                # The bar goes to stderr; stdout carries nothing but the dump.
-                with self._bar(queues, options["progress"]) as tick:
-                    ndjson.dump(self.stdout, queues, on_row=tick)
-                return
-            written = self._to_file(path, queues, options["progress"])
-        except DatabaseError as exc:
-            raise CommandError(f"could not read the queue: {exc}") from exc
+            with database_errors():
+                require_known_queues(queues)
+                if path is None:
+                    # The bar goes to stderr; stdout carries nothing but the dump.
+                    with self._bar(queues, options["progress"]) as tick:
+                        ndjson.dump(self.stdout, queues, on_row=tick)
+                    return
+                written = self._to_file(path, queues, options["progress"])
         except OSError as exc:
             raise CommandError(f"could not write {path}: {exc}") from exc
         self.stderr.write(f"Dumped {written} row(s) to {path}")

@@ -10,6 +10,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from deadletter.conf import conf
 from deadletter.management.arguments import add_queue_argument
+from deadletter.management.database import database_errors
 from deadletter.management.progress import add_progress_argument, is_terminal, progress_bar
 from deadletter.models import QueuedMessage
 from deadletter.transfer import kvfile
@@ -36,6 +37,10 @@ class Command(BaseCommand):
         add_progress_argument(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
+        with database_errors():
+            self._export(options)
+
+    def _export(self, options: dict[str, Any]) -> None:
         shown = options["progress"] and is_terminal(self.stderr)
         total = None
         if shown:

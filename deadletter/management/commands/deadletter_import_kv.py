@@ -9,6 +9,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from deadletter.management.arguments import add_queue_argument
+from deadletter.management.database import database_errors
 from deadletter.management.progress import add_progress_argument, is_terminal, progress_bar
 from deadletter.transfer import kvfile
 
@@ -30,6 +31,10 @@ class Command(BaseCommand):
         add_progress_argument(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
+        with database_errors():
+            self._import(options)
+
+    def _import(self, options: dict[str, Any]) -> None:
         shown = options["progress"] and is_terminal(self.stderr)
         try:
             total = kvfile.count_kv_rows(options["path"]) if shown else None

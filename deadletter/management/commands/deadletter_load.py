@@ -18,8 +18,8 @@ import tempfile
 from typing import IO, Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import DatabaseError
 
+from deadletter.management.database import database_errors
 from deadletter.management.progress import add_progress_argument, progress_bar
 from deadletter.transfer import ndjson
 from deadletter.wire import keys
@@ -36,8 +36,12 @@ class Command(BaseCommand):
         name, enabled = options["file"], options["progress"]
         source: str | IO[str] = sys.stdin if name == "-" else name
         size = None if name == "-" else _size(name)
+        then = "; the batches committed before stay, and loading the file again adds only the rest"
         try:
-            with tempfile.TemporaryFile(prefix="deadletter-load-") as spool:
+            with (
+                database_errors(then=then),
+                tempfile.TemporaryFile(prefix="deadletter-load-") as spool,
+            ):
                 with progress_bar(
                     self.stderr, total=size, desc="checking", unit="B", enabled=enabled
                 ) as tick:
@@ -48,11 +52,6 @@ class Command(BaseCommand):
             raise CommandError(f"{name}: {exc}; nothing was loaded") from None
         except OSError as exc:
             raise CommandError(f"could not read {name}: {exc}") from exc
-        except DatabaseError as exc:
-            raise CommandError(
-                f"could not write the queue: {exc}; the batches committed before stay, "
-                "and loading the file again adds only the rest"
-            ) from exc
         summary = (
             f"Loaded {loaded.inserted} new row(s) of {loaded.rows} in {name} "
             f"({loaded.identical} already queued"
