@@ -111,8 +111,9 @@ def test_durations_and_ages_read_and_print_as_people_write_them() -> None:
 
 def test_an_unknown_queue_is_a_command_error_naming_it() -> None:
     park_aged("mail", days_ago=1)
-    with pytest.raises(CommandError, match="no queue 'nope'"):
+    with pytest.raises(CommandError, match="no queue 'nope'") as refused:
         stats("--queue", "mail", "--queue", "nope")
+    assert refused.value.returncode == 2  # as the drain's for the same name
 
 
 def test_a_queue_with_a_handler_but_no_row_is_known(settings) -> None:

@@ -13,11 +13,11 @@ from datetime import timedelta
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import DatabaseError
 
 from deadletter.management.arguments import add_queue_argument
+from deadletter.management.database import database_errors
+from deadletter.management.queues import require_known_queues
 from deadletter.reports import expiry, stats
-from deadletter.reports import queues as queue_pages
 from deadletter.store.counters import DROP_REASONS
 
 DEFAULT_LIMIT = 1000
@@ -101,10 +101,8 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         queues = options["queues"]
-        try:
-            for name in queues or []:
-                if not queue_pages.is_known_queue(name):
-                    raise CommandError(queue_pages.unknown_queue_message(name))
+        with database_errors():
+            require_known_queues(queues)
             warned = expiry.warn_expiring(queues)
             figures = stats.collect(
                 queues,
@@ -112,8 +110,6 @@ class Command(BaseCommand):
                 attempts_sample=options["attempts_sample"],
                 limit=options["limit"],
             )
-        except DatabaseError as exc:
-            raise CommandError(f"could not read the queue: {exc}") from exc
         fmt = options["format"]
         if fmt == "json":
             self.stdout.write(json.dumps({**figures.as_dict(), "warned": warned}))
