@@ -1,20 +1,22 @@
 """What a deadletter command says when its database cannot serve it: one line that
 names the database and what to do, and a non-zero exit, instead of a driver's
-traceback. Every `deadletter_*` command runs its work inside `database_errors`.
+traceback. Every `deadletter_*` command is a `DatabaseCommand`, so this holds for
+its system checks too (MySQL/MariaDB's read the server's version).
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from typing import Any
 
-from django.core.management.base import CommandError
+from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError, connections
 from django.db.migrations.executor import MigrationExecutor
 
 from deadletter.conf import conf
 
-__all__ = ["database_errors", "database_problem", "require_migrated"]
+__all__ = ["DatabaseCommand", "database_errors", "database_problem", "require_migrated"]
 
 # A missing table, as PostgreSQL's SQLSTATE and MySQL/MariaDB's error number say it.
 _UNDEFINED_TABLE_SQLSTATE = "42P01"
@@ -72,6 +74,15 @@ def database_errors(alias: str | None = None, *, then: str = "") -> Iterator[Non
         yield
     except DatabaseError as exc:
         raise CommandError(database_problem(exc, alias, then=then)) from exc
+
+
+class DatabaseCommand(BaseCommand):
+    """A command that a database it cannot use, in its system checks as in its
+    work, ends with `database_problem`'s one line and exit status 1."""
+
+    def execute(self, *args: Any, **options: Any) -> str | None:
+        with database_errors():
+            return super().execute(*args, **options)
 
 
 def require_migrated(alias: str | None = None) -> None:

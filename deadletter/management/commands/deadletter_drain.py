@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 from django.db import DatabaseError
 
 from deadletter.drain import (
@@ -41,7 +41,7 @@ from deadletter.drain import (
     serve,
 )
 from deadletter.management.arguments import add_queue_argument
-from deadletter.management.database import database_errors, require_migrated
+from deadletter.management.database import DatabaseCommand, require_migrated
 from deadletter.management.leaks import StopClock, exit_past_leaked_threads
 from deadletter.management.progress import add_progress_argument
 from deadletter.management.queues import Unhandled, unhandled_queues
@@ -85,7 +85,7 @@ def rate(text: str) -> float:
     return per_second
 
 
-class Command(BaseCommand):
+class Command(DatabaseCommand):
     help = (
         "Hand parked messages back to their handlers (DEADLETTER_HANDLERS), oldest first; "
         "a row is removed only once its handler succeeded."
@@ -188,19 +188,18 @@ class Command(BaseCommand):
         except DrainConfigError as exc:
             raise CommandError(str(exc), returncode=2) from exc
         require_migrated()
-        with database_errors():
-            unhandled = self._unhandled(drainer, options)
-            if not drainer.queues:
-                self._nothing_to_drain(unhandled, forever)
-                return
-            if options["dry_run"]:
-                self._dry_run(drainer, fmt, unhandled)
-                return
-            clock = self.clock = StopClock(drainer)
-            if forever:
-                self._serve(drainer, clock, options)
-                return
-            self._once(drainer, clock, options, bar, unhandled)
+        unhandled = self._unhandled(drainer, options)
+        if not drainer.queues:
+            self._nothing_to_drain(unhandled, forever)
+            return
+        if options["dry_run"]:
+            self._dry_run(drainer, fmt, unhandled)
+            return
+        clock = self.clock = StopClock(drainer)
+        if forever:
+            self._serve(drainer, clock, options)
+            return
+        self._once(drainer, clock, options, bar, unhandled)
 
     def _once(
         self,

@@ -7,16 +7,16 @@ import os
 import tempfile
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from deadletter.management.arguments import add_queue_argument
-from deadletter.management.database import database_errors
+from deadletter.management.database import DatabaseCommand
 from deadletter.management.progress import add_progress_argument, progress_bar
 from deadletter.management.queues import require_known_queues
 from deadletter.transfer import ndjson
 
 
-class Command(BaseCommand):
+class Command(DatabaseCommand):
     help = (
         "Write every message of the chosen queues (default: all) as NDJSON, one row a "
         "line with its key, to FILE or stdout."
@@ -32,14 +32,13 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         queues, path = options["queues"], options["output"]
         try:
-            with database_errors():
-                require_known_queues(queues)
-                if path is None:
-                    # The bar goes to stderr; stdout carries nothing but the dump.
-                    with self._bar(queues, options["progress"]) as tick:
-                        ndjson.dump(self.stdout, queues, on_row=tick)
-                    return
-                written = self._to_file(path, queues, options["progress"])
+            require_known_queues(queues)
+            if path is None:
+                # The bar goes to stderr; stdout carries nothing but the dump.
+                with self._bar(queues, options["progress"]) as tick:
+                    ndjson.dump(self.stdout, queues, on_row=tick)
+                return
+            written = self._to_file(path, queues, options["progress"])
         except OSError as exc:
             raise CommandError(f"could not write {path}: {exc}") from exc
         self.stderr.write(f"Dumped {written} row(s) to {path}")

@@ -6,17 +6,17 @@ from argparse import ArgumentParser
 from pathlib import Path
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
 from deadletter.conf import conf
 from deadletter.management.arguments import add_queue_argument
-from deadletter.management.database import database_errors
+from deadletter.management.database import DatabaseCommand
 from deadletter.management.progress import add_progress_argument, is_terminal, progress_bar
 from deadletter.models import QueuedMessage
 from deadletter.transfer import kvfile
 
 
-class Command(BaseCommand):
+class Command(DatabaseCommand):
     help = (
         "Write the queues into a kv SQLite file the Go program reads (created if missing), "
         "one row per message. A second run writes nothing twice. A legacy row the file holds "
@@ -37,10 +37,6 @@ class Command(BaseCommand):
         add_progress_argument(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
-        with database_errors():
-            self._export(options)
-
-    def _export(self, options: dict[str, Any]) -> None:
         shown = options["progress"] and is_terminal(self.stderr)
         total = None
         if shown:

@@ -6,15 +6,15 @@ from argparse import ArgumentParser
 from pathlib import Path
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
 from deadletter.management.arguments import add_queue_argument
-from deadletter.management.database import database_errors
+from deadletter.management.database import DatabaseCommand
 from deadletter.management.progress import add_progress_argument, is_terminal, progress_bar
 from deadletter.transfer import kvfile
 
 
-class Command(BaseCommand):
+class Command(DatabaseCommand):
     help = (
         "Copy the queues of the Go program's kv SQLite file into the queue table. "
         "The file is opened read-only; a second run imports nothing twice."
@@ -31,10 +31,6 @@ class Command(BaseCommand):
         add_progress_argument(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
-        with database_errors():
-            self._import(options)
-
-    def _import(self, options: dict[str, Any]) -> None:
         shown = options["progress"] and is_terminal(self.stderr)
         try:
             total = kvfile.count_kv_rows(options["path"]) if shown else None

@@ -17,15 +17,15 @@ import sys
 import tempfile
 from typing import IO, Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
-from deadletter.management.database import database_errors
+from deadletter.management.database import DatabaseCommand, database_errors
 from deadletter.management.progress import add_progress_argument, progress_bar
 from deadletter.transfer import ndjson
 from deadletter.wire import keys
 
 
-class Command(BaseCommand):
+class Command(DatabaseCommand):
     help = "Load an NDJSON dump (deadletter_dump) into the queue, keeping each row's key."
 
     def add_arguments(self, parser: CommandParser) -> None:
