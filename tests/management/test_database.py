@@ -27,6 +27,7 @@ COMMANDS = [
     ("deadletter_load", "{dump}"),
     ("deadletter_import_kv", "{go_file}"),
     ("deadletter_export_kv", "{tmp}/export.sqlite"),
+    ("deadletter_stats",),
 ]
 
 IDS = [" ".join(a for a in c if "{" not in a) for c in COMMANDS]

@@ -23,6 +23,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.db import connection
 
+from deadletter.drain import DrainReport
 from deadletter.management.commands.deadletter_drain import Command, rate, seconds
 from deadletter.models import QueuedMessage
 from deadletter.queue import fetch_failed_msgs
@@ -501,6 +502,13 @@ def test_a_dry_run_names_parked_queues_without_a_handler(handlers: None) -> None
     code, out = run("--dry-run")
     assert code == 0
     assert "Would leave orphan (1 row(s)) untouched: no handler for them" in out
+
+
+def test_a_pass_that_met_a_database_error_never_says_it_drained() -> None:
+    out = io.StringIO()
+    Command(stdout=out)._summary(DrainReport(queues=["q"], errors=1), "text")
+    assert out.getvalue().startswith("Tried to drain q in 0.00s")
+    assert "Drained" not in out.getvalue()
 
 
 def _service_without_logging(env: dict[str, str], tmp: Path) -> Drain:

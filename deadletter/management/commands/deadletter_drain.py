@@ -103,7 +103,7 @@ class Command(DatabaseCommand):
         try:
             super().run_from_argv(argv)
         except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 1
+            code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
         since = self.clock.asked_at if self.clock is not None else None
         exit_past_leaked_threads(code, grace=self.grace, since=since)
         sys.exit(code)
