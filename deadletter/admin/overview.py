@@ -164,7 +164,7 @@ def drain_page(model_admin: QueuedMessageAdmin, request: HttpRequest) -> HttpRes
             text = (
                 f"Drained {report.handled} message(s): {report.delivered} delivered, "
                 f"{report.requeued} partly delivered, {report.failed} still failing, "
-                f"{sum(report.dropped.values())} dropped."
+                f"{report.held} kept for an operator, {sum(report.dropped.values())} dropped."
             )
             if report.stopped_by == "time budget":
                 text += " Stopped after the time budget; run deadletter_drain for the rest."
@@ -173,7 +173,7 @@ def drain_page(model_admin: QueuedMessageAdmin, request: HttpRequest) -> HttpRes
                     f" Stopped: {drain.hung_handlers()} handler(s) that did not return in "
                     "time still run in this server process; run deadletter_drain for the rest."
                 )
-            level = messages.WARNING if report.failed or report.errors else messages.SUCCESS
+            level = messages.WARNING if report.exit_code else messages.SUCCESS
             model_admin.message_user(request, text, level)
         return redirect("admin:deadletter_overview")
     context = _context(

@@ -309,6 +309,9 @@ class DrainReportSerializer(serializers.Serializer):
     errors = serializers.IntegerField()
     elapsed = serializers.FloatField()
     rate = serializers.FloatField(allow_null=True)
+    held = serializers.IntegerField(
+        help_text="Messages kept for an operator (NeedsOperator): never dropped on that ground."
+    )
     waiting = serializers.IntegerField(help_text="Messages a backoff held back, left alone.")
     next_due = serializers.DateTimeField(
         allow_null=True, help_text="When the first of the waiting messages is due."

@@ -231,7 +231,10 @@ class Command(DatabaseCommand):
         self._summary(report, fmt, unhandled=unhandled)
         problems = []
         if report.exit_code:
-            problems.append(f"{report.failed} message(s) stayed failed, {report.errors} error(s)")
+            problems.append(
+                f"{report.failed} message(s) stayed failed, {report.held} kept for an "
+                f"operator, {report.errors} error(s)"
+            )
         if unhandled:
             problems.append(unhandled.line())
         if problems:
@@ -299,6 +302,8 @@ class Command(DatabaseCommand):
             f"{datetime.now(UTC):%Y-%m-%dT%H:%M:%SZ} pass {passes}: {report.delivered} "
             f"delivered, {report.failed} failed, {report.waiting} waiting"
         )
+        if report.held:
+            line += f", {report.held} kept for an operator"
         if report.paused:
             line += f", paused {','.join(report.paused)}"
         if report.errors:
@@ -413,6 +418,11 @@ class Command(DatabaseCommand):
             f"permanent {d['permanent']}, max attempts {d['max_attempts']})",
             f"  still failed: {report.failed}",
         ]
+        if report.held:
+            lines.append(
+                f"  kept for an operator: {report.held} (NeedsOperator, never dropped; "
+                "see LastError)"
+            )
         if report.waiting:
             due = report.next_due.isoformat(timespec="seconds") if report.next_due else "-"
             lines.append(f"  waiting:      {report.waiting} (backoff; the next is due {due})")

@@ -12,10 +12,10 @@ import re
 from datetime import timedelta
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from deadletter.management.arguments import add_queue_argument
-from deadletter.management.database import database_errors
+from deadletter.management.database import DatabaseCommand
 from deadletter.management.queues import require_known_queues
 from deadletter.reports import expiry, stats
 from deadletter.store.counters import DROP_REASONS
@@ -64,7 +64,7 @@ def age(seconds: float | None) -> str:
     return f"{secs}s"
 
 
-class Command(BaseCommand):
+class Command(DatabaseCommand):
     help = (
         "Each queue's depth, oldest message age (parked and first failed), messages "
         "expiring within a horizon, attempts histogram and drops, with totals."
@@ -101,15 +101,14 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         queues = options["queues"]
-        with database_errors():
-            require_known_queues(queues)
-            warned = expiry.warn_expiring(queues)
-            figures = stats.collect(
-                queues,
-                horizon=options["horizon"],
-                attempts_sample=options["attempts_sample"],
-                limit=options["limit"],
-            )
+        require_known_queues(queues)
+        warned = expiry.warn_expiring(queues)
+        figures = stats.collect(
+            queues,
+            horizon=options["horizon"],
+            attempts_sample=options["attempts_sample"],
+            limit=options["limit"],
+        )
         fmt = options["format"]
         if fmt == "json":
             self.stdout.write(json.dumps({**figures.as_dict(), "warned": warned}))
