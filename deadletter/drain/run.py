@@ -141,14 +141,27 @@ class Drainer:
 
     def reconnect(self) -> None:
         """Begin a pass on a working connection, as Django begins a request: one
-        that an error left unusable (a server restart, a failover, a killed
-        session) or that outlived `CONN_MAX_AGE` is closed, and the queue's
-        database is connected now, raising the driver's `DatabaseError` if it
-        cannot be reached. `serve` calls it before each pass; the pool's workers
-        start each pass on connections of their own."""
+        that outlived `CONN_MAX_AGE` or no longer answers (a server restart, a
+        failover, a killed session; Django's `is_usable`, one round trip) is
+        closed, and the queue's database is connected now, raising the driver's
+        `DatabaseError` if it cannot be reached. `serve` calls it before each
+        pass; the pool's workers start each pass on connections of their own.
+
+        The check asks the server, not Django's note of an earlier error: on
+        MySQL/MariaDB a rollback on a lost connection clears that note."""
         connection = sql.connection()
         sql.recycle(connection)
+        sql.close_if_lost(connection)
         connection.ensure_connection()
+
+    @staticmethod
+    def _close_if_lost() -> None:
+        """After a database error: close the connection if it is gone, before the
+        next statement, so the rest of the pass (the next queue, the pass's
+        record) connects afresh. On MySQL/MariaDB a lost connection that is left
+        open can wedge Django's transaction state for good (an autocommit that
+        could not be put back, then a savepoint that could not be made)."""
+        sql.close_if_lost(sql.connection())
 
     def pending(self) -> int | None:
         """Rows the run would visit now: a progress bar's total (None if unknown)."""
@@ -238,6 +251,7 @@ class Drainer:
             queue.record_passes(self.queues, report.paused, datetime.now(UTC))
         except DatabaseError:
             logger.exception("drain could not record its pass")
+            self._close_if_lost()
 
     def _run_workers(self, report: DrainReport) -> None:
         """The run in `workers` forked processes, each claiming rows up to the
@@ -282,6 +296,7 @@ class Drainer:
         except DatabaseError:
             logger.exception("drain cannot read the queues")
             report.errors += 1
+            self._close_if_lost()
             return False
         return True
 
@@ -336,6 +351,7 @@ class Drainer:
             except DatabaseError:
                 logger.exception("drain of a queue failed queue=%s", name)
                 report.errors += 1
+                self._close_if_lost()
 
     def _drain_scanning(
         self,

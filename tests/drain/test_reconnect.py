@@ -62,28 +62,39 @@ def ended(service: Drain) -> Iterator[Drain]:
             service.proc.wait()
 
 
-def drain_via(relay: Relay, env: dict[str, str], tmp: Path, *, outage_limit: float) -> Drain:
-    """`deadletter_drain --forever` whose database connections go through `relay`."""
-    (tmp / "relayed_settings.py").write_text(
+def settings_module(tmp: Path, *lines: str) -> str:
+    """A settings module for the service: the project's, the recording handler on
+    queue "q", and `lines`."""
+    (tmp / "service_settings.py").write_text(
         "from project.settings import *  # noqa: F403\n"
         "DEADLETTER_HANDLERS = {'q': 'tests.drain.drain_harness.recording_handler'}\n"
-        f"DEADLETTER_DATABASE_OUTAGE_LIMIT = {outage_limit!r}\n"
+        + "".join(f"{line}\n" for line in lines)
     )
+    return "service_settings"
+
+
+def drain_via(relay: Relay, env: dict[str, str], tmp: Path, *, outage_limit: float) -> Drain:
+    """`deadletter_drain --forever` whose database connections go through `relay`."""
+    module = settings_module(tmp, f"DEADLETTER_DATABASE_OUTAGE_LIMIT = {outage_limit!r}")
     url = re.sub(r"@[^/]+/", f"@127.0.0.1:{relay.port}/", env["DATABASE_URL"], count=1)
     env = {**env, "DATABASE_URL": url}
-    return Drain(
-        env, tmp, "--forever", "--interval", "0.1", DJANGO_SETTINGS_MODULE="relayed_settings"
-    )
+    return Drain(env, tmp, "--forever", "--interval", "0.1", DJANGO_SETTINGS_MODULE=module)
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("conn_max_age", [0, None], ids=["closed-each-pass", "persistent"])
 @pytest.mark.parametrize("workers", [1, 4])
 def test_the_service_delivers_what_is_parked_after_its_sessions_are_killed(
-    server_db: None, subprocess_env: dict[str, str], tmp_path: Path, workers: int
+    server_db: None,
+    subprocess_env: dict[str, str],
+    tmp_path: Path,
+    workers: int,
+    conn_max_age: int | None,
 ) -> None:
     park("before")
+    module = settings_module(tmp_path, f"DATABASES['default']['CONN_MAX_AGE'] = {conn_max_age}")
     args = ("--forever", "--interval", "0.1", "--workers", str(workers))
-    with ended(Drain(subprocess_env, tmp_path, *args)) as service:
+    with ended(Drain(subprocess_env, tmp_path, *args, DJANGO_SETTINGS_MODULE=module)) as service:
         service.wait_for(lambda: "before:-" in recorded(service.record))
         killed = 0
         for _ in range(100):  # every session it has, whatever it is doing, for a while
