@@ -1,7 +1,8 @@
 """A process that parks outside any request (a worker, a consumer, a script)
 reconnects after its database session was lost: the park outside the caller's
 transaction retries once on a fresh connection, the park inside one fails loudly
-and the next one succeeds; nothing here costs a park a statement more."""
+and the next one succeeds. A park that succeeds costs no statement more
+(`tests/store/test_sql.py::test_a_store_is_one_statement_and_a_dequeue_one`)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,11 @@ from deadletter.store import detached
 from tests.backends import backend_id, kill, server_db
 from tests.factories import REPO, park, parked
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("server_db")]
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("server_db"),
+    pytest.mark.slow,  # sessions killed on a server
+]
 
 __all__ = ["server_db"]
 
@@ -79,7 +84,6 @@ sys.exit(1 if failed else 0)
 """
 
 
-@pytest.mark.slow
 def test_a_long_lived_parker_keeps_parking_after_its_session_is_killed(
     subprocess_env: dict[str, str], tmp_path: Path
 ) -> None:
