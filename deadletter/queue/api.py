@@ -356,6 +356,22 @@ def queue_names() -> list[str]:
     return [keys.queue_of(head) for head in heads]
 
 
+def walk_queue_names(
+    start: str | None, limit: int, *, descending: bool = False, include_start: bool = False
+) -> list[str]:
+    """Up to `limit` names of queues that hold a row, nearest first: those sorting
+    after `start` (`descending`: before it; `include_start`: `start` too; from the
+    first or last queue when None). One statement of at most `limit` index seeks
+    however many queues there are; `ValueError` for an invalid name."""
+    bound = None
+    if start is not None:
+        bound = keys.encode_queue_name(start)
+        if descending == include_start:
+            bound += b"\x01"
+    found = scans.queue_keys(sql.connection(), bound, descending=descending, limit=limit)
+    return [keys.queue_of(key) for key in found]
+
+
 # --- async twins -----------------------------------------------------------
 
 

@@ -3,9 +3,10 @@ statement each: what keeps the overview, the stats, the metrics and the API's
 queue list bounded however many queue names clients have made.
 
 A page walks the primary-key index (it starts with the queue name) one seek a
-queue, so a page of `n` queues costs `n + 1` seeks whatever the number of
-queues; the totals are a count of the table, a count of the (due_at, key)
-index and a sum of the drop counters, never a Python object per queue.
+queue (`queue.api.walk_queue_names`), so a page of `n` queues costs `n + 1`
+seeks whatever the number of queues; the totals are a count of the table, a
+count of the (due_at, key) index and a sum of the drop counters, never a
+Python object per queue.
 """
 
 from __future__ import annotations
@@ -13,10 +14,9 @@ from __future__ import annotations
 import dataclasses
 from datetime import datetime
 
-from django.db.backends.base.base import BaseDatabaseWrapper
-
 from deadletter.conf import conf
 from deadletter.models import DROP_TABLE
+from deadletter.queue.api import walk_queue_names
 from deadletter.store import sql
 from deadletter.store.counters import DROP_REASONS, drop_counts
 from deadletter.wire import keys
@@ -52,71 +52,22 @@ class Totals:
     dropped: dict[str, int]
 
 
-def _walk_sql(connection: BaseDatabaseWrapper, descending: bool, limit: int) -> str:
-    """A loose index scan as a recursive query, from a bound given as the parameter:
-    each step one seek to the next queue's first key (`descending`: the previous
-    queue's last key), at most `limit` steps. The step's bound is the queue's
-    range end `name 0x01` (descending: its start, `name`), cut from the key by
-    the vendor's byte functions as `store.scans` cuts it."""
-    key = sql.key_column(connection)
-    table = sql.quoted(connection, sql.table())
-    vendor = connection.vendor
-    if vendor == "postgresql":
-        nul = "position('\\x00'::bytea IN h.k)"
-        name = f"(CASE WHEN {nul} > 0 THEN substring(h.k FROM 1 FOR {nul} - 1) ELSE h.k END)"
-        after = f"{name} || '\\x01'::bytea"
-    elif vendor == "mysql":
-        nul = "LOCATE(X'00', h.k)"
-        name = f"(CASE WHEN {nul} > 0 THEN SUBSTRING(h.k, 1, {nul} - 1) ELSE h.k END)"
-        after = f"CONCAT({name}, X'01')"
-    else:
-        nul = "instr(h.k, X'00')"
-        name = f"CAST((CASE WHEN {nul} > 0 THEN substr(h.k, 1, {nul} - 1) ELSE h.k END) AS BLOB)"
-        after = f"CAST({name} || X'01' AS BLOB)"
-    if descending:
-        first = f"SELECT {key} FROM {table} WHERE {key} < %s ORDER BY {key} DESC LIMIT 1"
-        step = f"SELECT {key} FROM {table} WHERE {key} < {name} ORDER BY {key} DESC LIMIT 1"
-    else:
-        first = f"SELECT {key} FROM {table} WHERE {key} >= %s ORDER BY {key} LIMIT 1"
-        step = f"SELECT {key} FROM {table} WHERE {key} >= {after} ORDER BY {key} LIMIT 1"
-    return (
-        f"WITH RECURSIVE h(k, n) AS (SELECT ({first}), 1 "
-        f"UNION ALL SELECT ({step}), h.n + 1 FROM h WHERE h.k IS NOT NULL AND h.n < {int(limit)}) "
-        "SELECT k FROM h WHERE k IS NOT NULL"
-    )
-
-
-def _walk(start: bytes, *, descending: bool, limit: int) -> list[bytes]:
-    """The encoded names of up to `limit` queues from `start` on: one statement."""
-    connection = sql.connection()
-    found = sql.read(connection, _walk_sql(connection, descending, limit), (start,))
-    return [keys.prefix_of(bytes(k)) for (k,) in found]
-
-
 def page_after(after: str | None, limit: int) -> QueuePage:
     """The first `limit` queues holding a row whose name sorts after `after` (from the
     first queue when None): two statements of `limit + 1` seeks in all. `ValueError`
     for an invalid name."""
-    start = b"" if after is None else keys.encode_queue_name(after) + b"\x01"
-    found = _walk(start, descending=False, limit=limit + 1)
-    more_before = after is not None and bool(
-        _walk(keys.encode_queue_name(after), descending=True, limit=1)
-    )
-    return QueuePage(_names(found[:limit]), more_before, len(found) > limit)
+    found = walk_queue_names(after, limit + 1)
+    more_before = after is not None and bool(walk_queue_names(after, 1, descending=True))
+    return QueuePage(found[:limit], more_before, len(found) > limit)
 
 
 def page_before(before: str, limit: int) -> QueuePage:
-    """The last `limit` queues holding a row whose name sorts before `before`, in key
+    """The last `limit` queues holding a row whose name sorts before `before`, in name
     order: two statements. `ValueError` for an invalid name."""
-    end = keys.encode_queue_name(before)
-    found = _walk(end, descending=True, limit=limit + 1)
+    found = walk_queue_names(before, limit + 1, descending=True)
     found.reverse()
-    more_after = bool(_walk(end, descending=False, limit=1))
-    return QueuePage(_names(found[-limit:]), len(found) > limit, more_after)
-
-
-def _names(prefixes: list[bytes]) -> list[str]:
-    return [p.decode("utf-8", errors="replace") for p in prefixes]
+    more_after = bool(walk_queue_names(before, 1, include_start=True))
+    return QueuePage(found[-limit:], len(found) > limit, more_after)
 
 
 def totals(now: datetime) -> Totals:

@@ -1,5 +1,6 @@
 """Index scans of the table by queue: every queue's head key in one statement,
-and each queue's depth from key-range counts, never from decoded rows.
+a page of queue names from a bound either way in another, and each queue's
+depth from key-range counts, never from decoded rows.
 
 On SQLite the counts are arranged so a million rows answer in tens of
 milliseconds: SQLite counts a whole table from its b-tree pages without
@@ -27,6 +28,7 @@ __all__ = [
     "depths",
     "queue_depths",
     "queue_heads",
+    "queue_keys",
     "snapshot",
 ]
 
@@ -34,28 +36,48 @@ __all__ = [
 PROBE_ROWS = 5000
 
 
-def _heads_sql(connection: BaseDatabaseWrapper, table: str) -> str:
+def _walk_sql(
+    connection: BaseDatabaseWrapper,
+    table: str,
+    *,
+    bounded: bool,
+    descending: bool,
+    limit: int | None,
+) -> str:
     """A loose index scan as a recursive query: each step one seek past the
-    previous queue's range `[name, name 0x01)`."""
+    previous queue's range `[name, name 0x01)` (`descending`: to the key below
+    `name`). `bounded`: the first step starts at the bound given as the
+    parameter (at or above it; `descending`: below it), else at the table's end.
+    At most `limit` steps when given."""
     vendor = connection.vendor
     key = sql.key_column(connection)
     if vendor == "postgresql":
         nul = "position('\\x00'::bytea IN h.k)"
-        after = f"(CASE WHEN {nul} > 0 THEN substring(h.k FROM 1 FOR {nul} - 1) ELSE h.k END)"
-        after += " || '\\x01'::bytea"
+        cut = f"(CASE WHEN {nul} > 0 THEN substring(h.k FROM 1 FOR {nul} - 1) ELSE h.k END)"
+        name, past = cut, f"{cut} || '\\x01'::bytea"
     elif vendor == "mysql":
         nul = "LOCATE(X'00', h.k)"
-        after = f"CONCAT(CASE WHEN {nul} > 0 THEN SUBSTRING(h.k, 1, {nul} - 1) ELSE h.k END"
-        after += ", X'01')"
+        cut = f"(CASE WHEN {nul} > 0 THEN SUBSTRING(h.k, 1, {nul} - 1) ELSE h.k END)"
+        name, past = cut, f"CONCAT({cut}, X'01')"
     else:
         nul = "instr(h.k, X'00')"
-        after = f"CAST((CASE WHEN {nul} > 0 THEN substr(h.k, 1, {nul} - 1) ELSE h.k END)"
-        after += " || X'01' AS BLOB)"
+        cut = f"(CASE WHEN {nul} > 0 THEN substr(h.k, 1, {nul} - 1) ELSE h.k END)"
+        name, past = f"CAST({cut} AS BLOB)", f"CAST({cut} || X'01' AS BLOB)"
+    if descending:
+        order, first, step = f"{key} DESC", f"{key} < %s", f"{key} < {name}"
+    else:
+        order, first, step = key, f"{key} >= %s", f"{key} >= {past}"
+    where = f" WHERE {first}" if bounded else ""
+    head = f"SELECT (SELECT {key} FROM {table}{where} ORDER BY {order} LIMIT 1)"
+    tail = f"SELECT (SELECT {key} FROM {table} WHERE {step} ORDER BY {order} LIMIT 1)"
+    if limit is None:
+        return (
+            f"WITH RECURSIVE h(k) AS ({head} UNION ALL {tail} FROM h WHERE h.k IS NOT NULL) "
+            "SELECT k FROM h WHERE k IS NOT NULL"
+        )
     return (
-        f"WITH RECURSIVE h(k) AS (SELECT (SELECT {key} FROM {table} ORDER BY {key} LIMIT 1) "
-        f"UNION ALL SELECT (SELECT {key} FROM {table} WHERE {key} >= {after} "
-        f"ORDER BY {key} LIMIT 1) "
-        "FROM h WHERE h.k IS NOT NULL) SELECT k FROM h WHERE k IS NOT NULL"
+        f"WITH RECURSIVE h(k, n) AS ({head}, 1 UNION ALL {tail}, h.n + 1 FROM h "
+        f"WHERE h.k IS NOT NULL AND h.n < {int(limit)}) SELECT k FROM h WHERE k IS NOT NULL"
     )
 
 
@@ -64,7 +86,23 @@ def queue_heads(connection: BaseDatabaseWrapper, table: str | None = None) -> li
     order: a legacy key when the queue has an aggregate. One statement, one
     index seek a queue, however many rows each holds."""
     quoted = sql.quoted(connection, table or sql.table())
-    return [bytes(k) for (k,) in sql.read(connection, _heads_sql(connection, quoted), ())]
+    query = _walk_sql(connection, quoted, bounded=False, descending=False, limit=None)
+    return [bytes(k) for (k,) in sql.read(connection, query, ())]
+
+
+def queue_keys(
+    connection: BaseDatabaseWrapper, bound: bytes | None, *, descending: bool, limit: int
+) -> list[bytes]:
+    """One key of each of up to `limit` queues, nearest first: the lowest key of
+    each queue with a key at or above `bound` (`descending`: the highest key of
+    each below it; from the table's end when None). One statement of at most
+    `limit` index seeks, however many queues and rows there are."""
+    quoted = sql.quoted(connection, sql.table())
+    query = _walk_sql(
+        connection, quoted, bounded=bound is not None, descending=descending, limit=limit
+    )
+    params = () if bound is None else (bound,)
+    return [bytes(k) for (k,) in sql.read(connection, query, params)]
 
 
 class snapshot:  # noqa: N801  (used as a context manager, like contextlib's)
