@@ -117,7 +117,7 @@ def serve(
                 conf.DATABASE,
                 down_for,
                 limit,
-                _first_line(exc),
+                sql.first_line(exc),
             )
             drainer.pause_between_passes(min(max(interval, RECONNECT_PAUSE), limit - down_for))
             continue
@@ -156,11 +156,5 @@ def _gave_up(exc: DatabaseError, down_for: float, limit: float) -> str:
     where = sql.where(sql.connection())
     return (
         f"cannot reach {where} for {down_for:.0f} s "
-        f"(DEADLETTER_DATABASE_OUTAGE_LIMIT is {limit:g} s): {_first_line(exc)}"
+        f"(DEADLETTER_DATABASE_OUTAGE_LIMIT is {limit:g} s): {sql.first_line(exc)}"
     )
-
-
-def _first_line(exc: BaseException) -> str:
-    """The driver's message without its second and later lines (psycopg adds hints)."""
-    lines = str(exc).strip().splitlines()
-    return lines[0].strip() if lines else type(exc).__name__

@@ -15,6 +15,7 @@ from django.db import DatabaseError, connections
 from django.db.migrations.executor import MigrationExecutor
 
 from deadletter.conf import conf
+from deadletter.store import sql
 
 __all__ = ["DatabaseCommand", "database_errors", "database_problem", "require_migrated"]
 
@@ -25,23 +26,12 @@ _NO_SUCH_TABLE_ERRNO = 1146
 
 def where(alias: str | None = None) -> str:
     """`database 'default' (deadletter on 127.0.0.1:5432)`: the alias and what it names."""
-    alias = alias or conf.DATABASE
-    s = connections[alias].settings_dict
-    place = str(s.get("NAME") or "")
-    if s.get("HOST"):
-        place += f" on {s['HOST']}" + (f":{s['PORT']}" if s.get("PORT") else "")
-    return f"database {alias!r} ({place})"
+    return sql.where(connections[alias or conf.DATABASE])
 
 
 def migrate_hint(alias: str | None = None) -> str:
     alias = alias or conf.DATABASE
     return "run `manage.py migrate`" + ("" if alias == "default" else f" --database {alias}")
-
-
-def first_line(exc: BaseException) -> str:
-    """The driver's message without its second and later lines (psycopg adds hints)."""
-    lines = str(exc).strip().splitlines()
-    return lines[0].strip() if lines else type(exc).__name__
 
 
 def is_missing_table(exc: DatabaseError) -> bool:
@@ -62,8 +52,8 @@ def database_problem(exc: DatabaseError, alias: str | None = None, *, then: str 
     if is_missing_table(exc):
         return f"{where(alias)} has no deadletter tables: {migrate_hint(alias)}"
     if connections[alias].connection is None:
-        return f"cannot reach {where(alias)}: {first_line(exc)}"
-    return f"{where(alias)} failed: {first_line(exc)}{then}"
+        return f"cannot reach {where(alias)}: {sql.first_line(exc)}"
+    return f"{where(alias)} failed: {sql.first_line(exc)}{then}"
 
 
 @contextlib.contextmanager

@@ -309,6 +309,12 @@ def close_if_lost(connection: BaseDatabaseWrapper) -> bool:
     return True
 
 
+def first_line(exc: BaseException) -> str:
+    """A driver's message without its second and later lines (psycopg adds hints)."""
+    lines = str(exc).strip().splitlines()
+    return lines[0].strip() if lines else type(exc).__name__
+
+
 def recycle(connection: BaseDatabaseWrapper) -> None:
     """Between two units of work of a long-lived process (a drain service's passes),
     what Django does between two requests: close `connection` when an error left it
