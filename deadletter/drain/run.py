@@ -227,12 +227,13 @@ class Drainer:
             report.elapsed = time.monotonic() - started
             report.stopped_by = report.stopped_by or self.stopped_by
             logger.info(
-                "drain finished delivered=%s requeued=%s dropped=%s failed=%s waiting=%s "
-                "paused=%s errors=%s elapsed=%.3f stopped_by=%s aborted_by=%s",
+                "drain finished delivered=%s requeued=%s dropped=%s failed=%s held=%s "
+                "waiting=%s paused=%s errors=%s elapsed=%.3f stopped_by=%s aborted_by=%s",
                 report.delivered,
                 report.requeued,
                 report.dropped,
                 report.failed,
+                report.held,
                 report.waiting,
                 ",".join(report.paused) or "-",
                 report.errors,

@@ -135,10 +135,11 @@ def serve(
         total.errors += report.errors
         total.last = report
         logger.info(
-            "drain pass=%s delivered=%s failed=%s waiting=%s paused=%s elapsed=%.3f",
+            "drain pass=%s delivered=%s failed=%s held=%s waiting=%s paused=%s elapsed=%.3f",
             total.passes,
             report.delivered,
             report.failed,
+            report.held,
             report.waiting,
             ",".join(report.paused) or "-",
             report.elapsed,
