@@ -9,7 +9,8 @@ queue filter is a key range and the cause filter an index range on
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterator
+from typing import Any, TypedDict
 
 from django.contrib import admin
 from django.contrib.admin.options import IncorrectLookupParameters
@@ -17,26 +18,69 @@ from django.contrib.admin.views.main import ChangeList
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.safestring import SafeString
+from django.utils.translation import gettext
 
 from deadletter.admin import table
 from deadletter.models import QueuedMessage
-from deadletter.queue import queue_names
-from deadletter.reports import overview
+from deadletter.reports import overview, queues
 from deadletter.wire import keys
 
 AFTER = "after"
 MAX_CAUSES_LISTED = 20
+# Queues the queue filter lists by name (one index seek each); any other is typed.
+MAX_QUEUES_LISTED = 50
 BEFORE = "before"
 
 
+class Choice(TypedDict):
+    """One choice of a list filter, as Django's filter templates read it."""
+
+    selected: bool
+    query_string: str
+    display: Any  # a str or a lazy translation
+
+
 class QueueFilter(admin.SimpleListFilter):
-    """Filter by queue: a key range, so it stays an index range read at any table size."""
+    """Filter by queue: a key range, so it stays an index range read at any table size.
+
+    It lists the first `MAX_QUEUES_LISTED` queues by name (one walk statement),
+    and when there are more says so and takes a typed name: clients can make
+    100,000 queues. `?queue=<name>` selects any queue, listed or not."""
 
     title = "queue"
     parameter_name = "queue"
+    template = "admin/deadletter/queuedmessage/queue_filter.html"
+    listed = MAX_QUEUES_LISTED
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [(name, name) for name in queue_names()]
+        page = queues.page_after(None, self.listed)
+        self.more = page.more_after
+        listed = page.names
+        chosen = self.value()
+        if chosen and chosen not in listed:
+            listed.append(chosen)
+        return [(name, name) for name in listed]
+
+    def choices(self, changelist: ChangeList) -> Iterator[Choice]:
+        """Django's choices (never with facet counts), each leading to the first page
+        of its queue: a key page of one queue means nothing in another."""
+        self.kept = [
+            (name, value)
+            for name, value in changelist.params.items()
+            if name not in (self.parameter_name, AFTER, BEFORE)
+        ]
+        paging = [AFTER, BEFORE]
+        yield {
+            "selected": self.value() is None,
+            "query_string": changelist.get_query_string(remove=[self.parameter_name, *paging]),
+            "display": gettext("All"),
+        }
+        for lookup, title in self.lookup_choices:
+            yield {
+                "selected": self.value() == lookup,
+                "query_string": changelist.get_query_string({self.parameter_name: lookup}, paging),
+                "display": title,
+            }
 
     def queryset(
         self, request: HttpRequest, queryset: QuerySet[QueuedMessage]

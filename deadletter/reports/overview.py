@@ -16,7 +16,7 @@ from typing import Any
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from deadletter.conf import conf
-from deadletter.queue import last_passes, queue_names
+from deadletter.queue import age, last_passes, queue_names
 from deadletter.reports import summaries
 from deadletter.store import sql
 from deadletter.wire import gotime, keys
@@ -176,23 +176,28 @@ def overview(
     figure a capped key-range count or one seek (see `QueueOverview`)."""
     now = now or datetime.now(UTC)
     horizon = summaries.horizon_or_default(horizon)
-    expired_before = max(0, gotime.epoch_ns(now - conf.MAX_QUEUE_AGE))
-    expiring_before = max(0, gotime.epoch_ns(now - conf.MAX_QUEUE_AGE + horizon))
+    expired_before = age.cutoff_ns(gotime.epoch_ns(now))
+    expiring_before = expired_before + gotime.duration_ns(horizon)
     if names is None:
         names = queue_names()
     connection, table, key = _cursor()
     in_range = f"{key} >= %s AND {key} < %s"
     head = f"FROM {table} WHERE {in_range} ORDER BY {key} LIMIT 1"
+    # Named: MySQL names a derived table's columns by their text with the
+    # parameters in, and two equal bounds (both cutoffs before the epoch) collide.
     columns = ", ".join(
-        [
-            _capped_sql(table, in_range),
-            _capped_sql(table, in_range),
-            _capped_sql(table, in_range),
-            f"(SELECT COUNT(*) FROM {table} WHERE {key} = %s)",
-            f"(SELECT {key} {head})",
-            f"(SELECT value {head})",
-            _capped_sql(table, f"due_at > %s AND {in_range}"),
-        ]
+        f"{column} AS c{i}"
+        for i, column in enumerate(
+            [
+                _capped_sql(table, in_range),
+                _capped_sql(table, in_range),
+                _capped_sql(table, in_range),
+                f"(SELECT COUNT(*) FROM {table} WHERE {key} = %s)",
+                f"(SELECT {key} {head})",
+                f"(SELECT value {head})",
+                _capped_sql(table, f"due_at > %s AND {in_range}"),
+            ]
+        )
     )
     due_now = connection.ops.adapt_datetimefield_value(now)
     selects = []

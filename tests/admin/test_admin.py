@@ -17,6 +17,7 @@ from django.contrib.admin.models import DELETION, LogEntry
 from django.contrib.auth.models import User
 from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 from hypothesis import strategies as st
@@ -126,6 +127,13 @@ def open_page(client: Any, url: str, **params: str) -> Page:
     response = client.get(url, params, follow=True)
     assert response.status_code == 200, (url, response.status_code)
     return Page(response)
+
+
+def opened(client: Any, url: str, **params: str) -> tuple[Page, int]:
+    """`open_page`, and how many statements it ran."""
+    with CaptureQueriesContext(connection) as ctx:
+        page = open_page(client, url, **params)
+    return page, len(ctx.captured_queries)
 
 
 @pytest.fixture
@@ -297,7 +305,6 @@ def test_list_pages_ask_the_same_few_queries_for_any_number_of_rows_and_queues(
     admin_client,
 ) -> None:
     """Queues, causes and rows are each one statement; nothing counts the table."""
-    from django.test.utils import CaptureQueriesContext
 
     def queries(url: str) -> list[str]:
         with CaptureQueriesContext(connection) as ctx:
@@ -329,6 +336,16 @@ def test_queue_filter_lists_queues_and_shows_only_the_chosen_one(admin_client) -
     body = open_page(admin_client, listing.link("discord-queue")).text
     assert "in discord" in body
     assert "in telegram" not in body
+
+
+def test_a_queue_chosen_from_a_later_page_opens_at_its_first_row(admin_client) -> None:
+    for i in range(60):
+        store_failed_msgs("b", Message(subject=f"b{i:03d}"))
+    store_failed_msgs("a", Message(subject="in a"))
+    second = open_page(admin_client, open_page(admin_client, CHANGELIST).link("next ›"))
+    assert "in a" not in second.text
+    assert "in a" in open_page(admin_client, second.link("a")).text
+    assert "b000" in open_page(admin_client, second.link("b")).text
 
 
 def test_rows_cannot_be_added_or_edited(admin_client) -> None:
@@ -835,20 +852,13 @@ def test_overview_pages_its_queues_by_name_and_costs_the_same_at_3000_queues(
 ) -> None:
     """A page of the overview is a fixed number of statements and rows, however many
     queue names clients have made; its links walk every queue once, both ways."""
-    from django.test.utils import CaptureQueriesContext
-
     from deadletter.admin.overview import QUEUES_PER_PAGE
     from tests.reports.many_queues import park_one_row_queues
 
-    def opened(url: str) -> tuple[Page, int]:
-        with CaptureQueriesContext(connection) as ctx:
-            page = open_page(admin_client, url)
-        return page, len(ctx.captured_queries)
-
     names = park_one_row_queues(QUEUES_PER_PAGE + 10)
-    small, small_queries = opened(OVERVIEW)
+    small, small_queries = opened(admin_client, OVERVIEW)
     park_one_row_queues(3000, prefix="spam-x")
-    big, big_queries = opened(OVERVIEW)
+    big, big_queries = opened(admin_client, OVERVIEW)
     assert big_queries == small_queries
     rows = 'scope="row" class="dl-name"'
     assert big.text.count(rows) == small.text.count(rows) == QUEUES_PER_PAGE
@@ -900,3 +910,52 @@ def test_purge_takes_a_typed_queue_and_its_page_does_not_grow_with_the_queues(
     done = many.submit(admin_client, many.forms[-1], queue="a")
     assert "Purged 1 expired message(s)." in done.text
     assert QueuedMessage.objects.filter(key__gte=b"b", key__lt=b"b\x01").count() == 1
+
+
+def queue_filter(page: Page) -> str:
+    """The queue filter's part of a changelist page."""
+    return page.text.split('data-filter-title="queue"', 1)[1].split("</details>", 1)[0]
+
+
+def test_changelist_queue_filter_costs_the_same_at_3000_queues_and_takes_a_typed_queue(
+    admin_client,
+) -> None:
+    """The filter lists the first queues by name in one statement however many there
+    are, says there are more, and reaches any other queue by its typed name."""
+    from urllib.parse import urlsplit
+
+    from deadletter.admin.changelist import MAX_QUEUES_LISTED
+    from tests.reports.many_queues import park_one_row_queues
+
+    names = park_one_row_queues(MAX_QUEUES_LISTED + 1)
+    small, small_queries = opened(admin_client, CHANGELIST)
+    park_one_row_queues(3000, prefix="spam-x")
+    big, big_queries = opened(admin_client, CHANGELIST)
+    assert big_queries == small_queries
+    assert queue_filter(big) == queue_filter(small)
+    assert 'id="dl-more-queues"' in queue_filter(big)
+    assert names[MAX_QUEUES_LISTED - 1] in queue_filter(big)
+    assert names[MAX_QUEUES_LISTED] not in queue_filter(big)
+    form = big.form_with("queue")
+    data = {i["name"]: i.get("value", "") for i in form["inputs"] if i["name"]}
+    typed, typed_queries = opened(
+        admin_client, urlsplit(form["action"]).path, **{**data, "queue": "spam-x02999"}
+    )
+    assert typed_queries == big_queries
+    assert typed.text.count('class="field-queue_name"') == 1
+    assert '<li class="selected">' in queue_filter(typed).split("spam-x02999")[0][-200:]
+    listed = open_page(admin_client, typed.link(names[3]))
+    assert listed.text.count('class="field-queue_name"') == 1 and names[3] in listed.text
+
+
+def test_overview_opens_with_an_age_limit_past_any_date(admin_client, settings) -> None:
+    """Without check E001 (silenced, or never run) a limit past year 1 still shows:
+    nothing has expired or expires within the horizon."""
+    from datetime import timedelta
+
+    settings.DEADLETTER_MAX_QUEUE_AGE = timedelta.max
+    store_failed_msgs("q", Message(subject="s"))
+    page = open_page(admin_client, "/admin/deadletter/")
+    page = open_page(admin_client, page.link("Queue overview"))
+    row = page.text.split('scope="row" class="dl-name"', 1)[1].split("</tr>", 1)[0]
+    assert [int(n) for n in re.findall(r'<td class="dl-num">(\d+)</td>', row)] == [1, 0, 0, 0, 0]
