@@ -1,9 +1,10 @@
 from __future__ import annotations
 
 import pytest
+from django.core.exceptions import ValidationError
 from django.db import connection
 
-from deadletter.models import QueuedMessage
+from deadletter.models import HexKeyField, QueuedMessage
 from deadletter.wire import keys
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -86,3 +87,20 @@ def test_a_cause_is_still_found_by_the_signature_index() -> None:
     if connection.vendor == "sqlite":
         plan = " ".join(str(row) for row in rows.explain().splitlines())
         assert "deadletter_signature_key" in plan
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["", "a", "ab cd", "0xab", "zz", "ab\n", "ab" * (keys.MAX_ADDRESSABLE_KEY_BYTES + 1)],
+)
+def test_the_key_field_refuses_the_text_keys_from_text_refuses(text: str) -> None:
+    with pytest.raises(ValueError, match="not a key in hex"):
+        keys.from_text(text)
+    with pytest.raises(ValidationError, match="not a key in hex"):
+        HexKeyField().to_python(text)
+
+
+def test_the_key_field_takes_key_text_in_either_case_up_to_the_limit() -> None:
+    longest = "Ab" * keys.MAX_ADDRESSABLE_KEY_BYTES
+    assert keys.from_text(longest) == bytes([0xAB]) * keys.MAX_ADDRESSABLE_KEY_BYTES
+    assert HexKeyField().to_python(longest) == keys.from_text(longest)
