@@ -179,7 +179,6 @@ static PyMethodDef speedups_methods[] = {
     {"go_message", go_message, METH_O, go_message_doc},
     {"go_time", (PyCFunction)(void (*)(void))go_time, METH_FASTCALL, go_time_doc},
     {"parse_time", parse_time, METH_O, parse_time_doc},
-    {"read_go_time", read_go_time, METH_O, read_go_time_doc},
     {"read_rows", (PyCFunction)(void (*)(void))read_rows, METH_FASTCALL, read_rows_doc},
     {"setup", setup, METH_VARARGS, setup_doc},
     {"setup_time", setup_time, METH_O, setup_time_doc},

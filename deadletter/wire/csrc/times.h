@@ -392,20 +392,3 @@ parse_time(PyObject *module, PyObject *text)
     }
     return new_time(text, &clock);
 }
-
-
-PyDoc_STRVAR(read_go_time_doc,
-"read_go_time(text) -> tuple[int, int] | None\n\n"
-"(unix_ns, offset) of Go's canonical RFC3339Nano text in go_message's range;\n"
-"None for anything else. For tests: go_message reads its times this way.");
-
-static PyObject *
-read_go_time(PyObject *module, PyObject *text)
-{
-    GoClock clock;
-
-    if (!read_time(text, &clock)) {
-        Py_RETURN_NONE;
-    }
-    return Py_BuildValue("(Li)", clock.unix_ns, clock.offset);
-}
