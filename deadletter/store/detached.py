@@ -174,11 +174,6 @@ def settle_now_and_then(connection: BaseDatabaseWrapper) -> None:
     settle(connection)
 
 
-def pending_count(connection: BaseDatabaseWrapper) -> int:
-    """How many deferred writes wait for the caller's transaction on `connection`."""
-    return len(connection.__dict__.get(_PENDING, ()))
-
-
 def _install_hooks(connection: BaseDatabaseWrapper) -> None:
     if connection.__dict__.get(_HOOKED):
         return
