@@ -4,6 +4,7 @@ Django ready."""
 
 from __future__ import annotations
 
+import importlib
 import os
 import sqlite3
 import sys
@@ -202,7 +203,7 @@ def commit_without_flush(target: str) -> None:
 
 def require_speedups() -> None:
     """Exit when the C speed-up is not built: the figures are about it."""
-    from deadletter.wire import codec
-
-    if not codec.speedups_built():
+    try:
+        importlib.import_module("deadletter.wire._speedups")
+    except ImportError:
         sys.exit("the C speed-up is not built: run ./dev (or pip install -e .) first")

@@ -653,10 +653,9 @@ def scan_child(vendor: str, target: str, mode: str) -> None:
 
         connection.ensure_connection()
         from deadletter.queue import iter_failed_msgs
-        from deadletter.wire import codec
 
-        if side == "app" and not codec.speedups_built():
-            sys.exit("the C speed-up is not built: run ./dev (or pip install -e .) first")
+        if side == "app":
+            require_speedups()
     else:
         import cbor2
 

@@ -154,10 +154,6 @@ read_rows: Callable[..., tuple[list[Any], int]] | None = _speedups and _read_row
 """The C reading of a page's common rows (`queue.rows.common_messages`), or None."""
 
 
-def speedups_built() -> bool:
-    return _speedups is not None
-
-
 @contextlib.contextmanager
 def python_only() -> Iterator[None]:
     """The Python reading and writing alone for the block (times too), for
