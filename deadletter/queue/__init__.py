@@ -1,11 +1,11 @@
 """The queue: park, read and remove failed messages, one row per message.
 
-The seed package's rules, one module a job: `api` (the public calls: store,
-fetch, iterate, dequeue, remove, their async twins), `rows` (the rules a read
-applies: age, split, stamp, drop; `DropReason`), `claims` (what the drain
-needs to claim and settle a message), `browse` (rows as they are, for
-operators), `age`, `causes`, `legacy` and `seals`. The public calls are
-importable from here.
+The Go queue package's rules (docs/design.md, docs/drain.md), one module a
+job: `api` (the public calls: store, fetch, iterate, dequeue, remove, their
+async twins), `rows` (the rules a read applies: age, split, stamp, drop;
+`DropReason`), `claims` (what the drain needs to claim and settle a message),
+`browse` (rows as they are, for operators), `age`, `causes`, `legacy` and
+`seals`. The public calls are importable from here.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The row rules a read applies (the brief's semantics table): a corrupt row is
+"""The row rules a read applies (docs/design.md, "The queue API"): a corrupt row is
 dropped, an expired message dropped, a zero `queued_at` stamped, a legacy or
 multi-message row split so every message has its own key; and how a row is
 written. Every rewrite is conditional on the row still holding the bytes read.
@@ -42,8 +42,9 @@ REREAD_LIMIT = 5
 class QueueingError(DeadletterError):
     """A message could not be written to the queue; the cause is chained.
 
-    The text starts with the seed's "problem with persistent queue" and then
-    says what went wrong: the message given, else the chained cause.
+    The text starts with the Go package's `ErrQueueing`, "problem with persistent
+    queue" (docs/design.md, "The queue API"), and then says what went wrong: the
+    message given, else the chained cause.
     """
 
     def __str__(self) -> str:
@@ -224,7 +225,7 @@ def process_row(
     max_age_ns: int | None = None,
     on_drop: OnDrop | None = None,
 ) -> Queued | object:
-    """Apply the semantics table to one row: a `Queued` to hand out, `SKIP` or `REREAD`.
+    """Apply the row rules (docs/design.md) to one row: a `Queued` to hand out, `SKIP` or `REREAD`.
 
     A message row over `DEADLETTER_MAX_ROW_BYTES` is skipped undecoded and left
     in place for an operator (legacy aggregates are split a message at a time
