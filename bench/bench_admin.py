@@ -62,7 +62,7 @@ def main() -> None:
     failed_value = codec.encode_one(
         msg.replace(extra={"Attempts": 2, "LastError": "ConnectionError: timeout after 30 s"})
     )
-    User.objects.create_superuser("bench", password="bench")  # noqa: S106
+    User.objects.create_superuser("bench", password="bench")
     connections["default"].close()
     big_path = small_path.with_name("admin-big.sqlite3")
     for suffix in ("", "-wal", "-shm"):
@@ -91,7 +91,7 @@ def main() -> None:
         connections["default"].close()
         connections["default"].settings_dict["NAME"] = str(path)
         client = Client()
-        client.login(username="bench", password="bench")  # noqa: S106
+        client.login(username="bench", password="bench")
         assert client.get(url).status_code == 200, url
         best = float("inf")
         for _ in range(REPEAT):

@@ -24,7 +24,7 @@ from _setup import django_on_fresh_database
 QUEUES = int(os.environ.get("BENCH_QUEUES", "100000"))
 SIZES = (100, QUEUES // 10, QUEUES)
 REPEAT = 5
-TOKEN = "bench-token"  # noqa: S105
+TOKEN = "bench-token"
 
 
 def grow(start: int, stop: int) -> None:
@@ -55,12 +55,12 @@ def main() -> None:
     settings.ALLOWED_HOSTS = ["*"]
     settings.DEADLETTER_METRICS_TOKEN = TOKEN
     settings.DEADLETTER_EXPIRY_WARNING = None
-    User.objects.create_superuser("bench", password="bench")  # noqa: S106
+    User.objects.create_superuser("bench", password="bench")
     print(f"{vendor}: {target}")
 
     def client() -> Client:
         c = Client()
-        c.login(username="bench", password="bench")  # noqa: S106
+        c.login(username="bench", password="bench")
         return c
 
     def get(url: str, **headers: str) -> Callable[[Client], None]:

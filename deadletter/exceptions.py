@@ -5,11 +5,11 @@ class DeadletterError(Exception):
     """Base of every error deadletter raises on purpose."""
 
 
-class PermanentFailure(DeadletterError):  # noqa: N818  (the name says what the handler means)
+class PermanentFailure(DeadletterError):
     """Raised by a handler for a message that can never be delivered: drop it, don't retry."""
 
 
-class NeedsOperator(DeadletterError):  # noqa: N818  (the name says what the handler means)
+class NeedsOperator(DeadletterError):
     """Raised by a handler that cannot act on this message until an operator does something
     (a task this process does not know, a seal that no longer verifies, arguments that cannot
     be sent): the drain keeps the row, saying why, and never drops it on that ground."""

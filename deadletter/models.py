@@ -157,7 +157,7 @@ class QueuedMessage(models.Model):
     # written by the drain in the statement that records the attempt; NULL for a
     # row never drained and for rows the Go program wrote. Not part of the Go
     # program's table: the kv import and export move only key and value.
-    signature = ExactTextField(  # noqa: DJ001  (NULL: no failure recorded, not "")
+    signature = ExactTextField(  # NULL: no failure recorded, not ""
         max_length=200, null=True, blank=True, editable=False
     )
     # When a message that failed under a backoff is next due (`drain.policy`),

@@ -14,7 +14,7 @@ from deadletter.wire.messages import GO_EVENT_CODES
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
-SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "deadletter-demo-not-secret")  # noqa: S105
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "deadletter-demo-not-secret")
 DEBUG = os.environ.get("DJANGO_DEBUG", "1") == "1"
 ALLOWED_HOSTS = ["127.0.0.1", "localhost", "testserver"]
 

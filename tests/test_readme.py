@@ -51,7 +51,7 @@ def test_the_handler_example_delivers_drops_a_gone_endpoint_and_retries_the_rest
     endpoint: dict[str, Any],
 ) -> None:
     scope: dict[str, Any] = {}
-    exec(python_block(README, "def redeliver"), scope)  # noqa: S102  (the README's own code)
+    exec(python_block(README, "def redeliver"), scope)  # the README's own code
     scope["WEBHOOK_URL"] = endpoint["url"]
     msg = Message(subject="order 1234", fields=['{"order": 1234}'])
     assert scope["redeliver"](msg) is None

@@ -306,12 +306,12 @@ def messages_html(obj: QueuedMessage) -> SafeString:
             f"{conf.MAX_ROW_BYTES:,}",
         )
     if msgs is None:
-        return mark_safe(  # noqa: S308  (constant text)
+        return mark_safe(
             '<p class="errornote">corrupt row: its value does not decode as the Go '
             "program's messages; the next fetch drops it. Delete it here to drop it now.</p>"
         )
     if not msgs:
-        return mark_safe("<p>(no messages: an empty row)</p>")  # noqa: S308
+        return mark_safe("<p>(no messages: an empty row)</p>")
     parts = []
     for index, msg in enumerate(msgs, 1):
         title = f"message {index} of {len(msgs)}" if len(msgs) > 1 else "message"

@@ -23,7 +23,7 @@ class DrainLocked(DeadletterError):
     """Another drain holds a queue of this SQLite database."""
 
 
-class DrainAborted(BaseException):  # noqa: N818  (like KeyboardInterrupt: not an error to catch)
+class DrainAborted(BaseException):  # like KeyboardInterrupt: not an error to catch
     """A second stop signal, or the first one's grace running out (`grace` then
     holds its seconds): stop at once, leaving the message in hand queued.
 

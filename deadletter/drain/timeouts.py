@@ -177,7 +177,7 @@ class _Call:
     def run(self) -> None:
         try:
             self.result = self.handler(self.msg)
-        except BaseException as exc:  # noqa: BLE001  (handed to the waiting drain, or logged)
+        except BaseException as exc:  # handed to the waiting drain, or logged
             self.error = exc
         finally:
             connections.close_all()  # this thread's own connections, not the drain's

@@ -74,7 +74,7 @@ __all__ = [
     "record_passes",
     "waiting",
     "waiting_keys",
-    "MAX_QUEUE_AGE",  # noqa: F822  (the module's __getattr__: the setting, read when asked)
+    "MAX_QUEUE_AGE",  # the module's __getattr__: the setting, read when asked
     "Queued",
     "QueueingError",
     "Removal",

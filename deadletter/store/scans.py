@@ -105,7 +105,7 @@ def queue_keys(
     return [bytes(k) for (k,) in sql.read(connection, query, params)]
 
 
-class snapshot:  # noqa: N801  (used as a context manager, like contextlib's)
+class snapshot:  # used as a context manager, like contextlib's
     """One read transaction around several counts on SQLite, so that the table's
     count and the ranges' counts see the same rows (WAL readers never block
     writers). Inside a caller's transaction the caller's snapshot is used as it is."""

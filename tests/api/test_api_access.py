@@ -40,7 +40,7 @@ def no_failures_counted() -> Iterator[None]:
 
 
 def user_with(*codenames: str) -> User:
-    user = User.objects.create_user("service", password="s3cret")  # noqa: S106
+    user = User.objects.create_user("service", password="s3cret")
     for codename in codenames:
         user.user_permissions.add(Permission.objects.get(codename=codename))
     return User.objects.get(pk=user.pk)  # a fresh instance: no cached permissions

@@ -38,7 +38,7 @@ def empty_cache() -> Iterator[None]:
 
 
 def viewer(username: str = "service") -> User:
-    user = User.objects.create_user(username, password="s3cret")  # noqa: S106
+    user = User.objects.create_user(username, password="s3cret")
     user.user_permissions.add(Permission.objects.get(codename="view_queuedmessage"))
     return user
 

@@ -33,7 +33,7 @@ from tests.contrib.contrib_tasks_env import task_settings
 if framework.find() is None and django.VERSION < (6, 0):
     pytest.skip("deadletter_tasks.E001: no Tasks framework on this leg", allow_module_level=True)
 
-from tests.contrib import contrib_tasks_jobs as jobs  # noqa: E402  (needs the framework)
+from tests.contrib import contrib_tasks_jobs as jobs  # after the skip: needs the framework
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -360,7 +360,7 @@ def test_a_task_message_parked_by_other_code_is_kept_unrun_and_nothing_is_import
     ("field", "value"),
     [
         pytest.param("Task", ATTACK, id="Task"),
-        pytest.param("TaskArgs", ["/tmp/elsewhere", "/tmp/other"], id="TaskArgs"),  # noqa: S108
+        pytest.param("TaskArgs", ["/tmp/elsewhere", "/tmp/other"], id="TaskArgs"),
         pytest.param("TaskKwargs", {"label": "changed"}, id="TaskKwargs"),
         pytest.param("TaskKwargs", REMOVED, id="TaskKwargs removed"),
         pytest.param("TaskBackend", "db", id="TaskBackend"),

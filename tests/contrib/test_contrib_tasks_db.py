@@ -25,8 +25,8 @@ from tests.factories import manage_py
 if framework.find() is None and django.VERSION < (6, 0):
     pytest.skip("deadletter_tasks.E001: no Tasks framework on this leg", allow_module_level=True)
 
-from tests.contrib import contrib_tasks_jobs as jobs  # noqa: E402  (needs the framework)
-from tests.contrib.test_contrib_tasks import QUEUE, drain_tasks, parked  # noqa: E402
+from tests.contrib import contrib_tasks_jobs as jobs  # after the skip: needs the framework
+from tests.contrib.test_contrib_tasks import QUEUE, drain_tasks, parked
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 

@@ -136,7 +136,7 @@ class Server:
             },
             method="POST",
         )
-        with urllib.request.urlopen(request, timeout=600) as response:  # noqa: S310
+        with urllib.request.urlopen(request, timeout=600) as response:
             return json.loads(response.read())
 
     def admin_drain(self, queue: str, limit: int) -> Any:

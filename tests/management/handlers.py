@@ -12,4 +12,4 @@ from deadletter.wire.messages import Message
 def leaking_handler(msg: Message) -> None:
     """Delivers, leaving behind a non-daemon thread that sleeps ten minutes."""
     threading.Thread(target=time.sleep, args=(600,), name="handler-leak", daemon=False).start()
-    print("leaked", file=sys.stderr, flush=True)  # noqa: T201
+    print("leaked", file=sys.stderr, flush=True)

@@ -6,5 +6,5 @@ class DeadletterError(Exception):
     """Base of every error deadletter raises on purpose."""
 
 
-class PermanentFailure(DeadletterError):  # noqa: N818  (the name says what the handler means)
+class PermanentFailure(DeadletterError):
     """Raised by a handler for a message that can never be delivered: drop it, don't retry."""
