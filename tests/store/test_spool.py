@@ -218,13 +218,12 @@ print(" ".join(q.key.hex() for q in fetch_failed_msgs("q")))
 
 
 def sqlite_copy(target: Path) -> Path:
-    """The test database (migrated, empty) copied to `target`."""
+    """The test database (migrated, empty) copied to `target`, compacted: after a
+    whole suite the test file keeps the free pages of every test before."""
     source = sqlite3.connect(connection.settings_dict["NAME"])
-    copy = sqlite3.connect(target)
     try:
-        source.backup(copy)
+        source.execute("VACUUM INTO ?", (str(target),))
     finally:
-        copy.close()
         source.close()
     return target
 
