@@ -37,7 +37,7 @@ from deadletter.drain.locking import QueueLock
 from deadletter.drain.outcomes import DrainReport, Outcome, deliver
 from deadletter.drain.timeouts import HungHandlers, TimeLimit, configured_handler_timeout
 from deadletter.drain.workers import Budget, Cursor, Guard, Worker, WorkerPool
-from deadletter.store import sql
+from deadletter.store import reconnect, sql
 
 __all__ = ["PROGRESS_EVERY", "Drainer"]
 
@@ -150,8 +150,8 @@ class Drainer:
         The check asks the server, not Django's note of an earlier error: on
         MySQL/MariaDB a rollback on a lost connection clears that note."""
         connection = sql.connection()
-        sql.recycle(connection)
-        sql.close_if_lost(connection)
+        reconnect.recycle(connection)
+        reconnect.close_if_lost(connection)
         connection.ensure_connection()
 
     @staticmethod
@@ -161,7 +161,7 @@ class Drainer:
         record) connects afresh. On MySQL/MariaDB a lost connection that is left
         open can wedge Django's transaction state for good (an autocommit that
         could not be put back, then a savepoint that could not be made)."""
-        sql.close_if_lost(sql.connection())
+        reconnect.close_if_lost(sql.connection())
 
     def pending(self) -> int | None:
         """Rows the run would visit now: a progress bar's total (None if unknown)."""

@@ -26,7 +26,7 @@ from deadletter.drain.errors import DrainConfigError
 from deadletter.drain.outcomes import DrainReport
 from deadletter.drain.run import Drainer
 from deadletter.drain.timeouts import seconds_of
-from deadletter.store import sql
+from deadletter.store import reconnect, sql
 
 __all__ = [
     "DEFAULT_INTERVAL",
@@ -117,7 +117,7 @@ def serve(
                 conf.DATABASE,
                 down_for,
                 limit,
-                sql.first_line(exc),
+                reconnect.first_line(exc),
             )
             drainer.pause_between_passes(min(max(interval, RECONNECT_PAUSE), limit - down_for))
             continue
@@ -154,8 +154,8 @@ def serve(
 
 
 def _gave_up(exc: DatabaseError, down_for: float, limit: float) -> str:
-    where = sql.where(sql.connection())
+    where = reconnect.where(sql.connection())
     return (
         f"cannot reach {where} for {down_for:.0f} s "
-        f"(DEADLETTER_DATABASE_OUTAGE_LIMIT is {limit:g} s): {sql.first_line(exc)}"
+        f"(DEADLETTER_DATABASE_OUTAGE_LIMIT is {limit:g} s): {reconnect.first_line(exc)}"
     )

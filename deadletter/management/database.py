@@ -15,7 +15,7 @@ from django.db import DatabaseError, connections
 from django.db.migrations.executor import MigrationExecutor
 
 from deadletter.conf import conf
-from deadletter.store import sql
+from deadletter.store import reconnect
 
 __all__ = ["DatabaseCommand", "database_errors", "database_problem", "require_migrated"]
 
@@ -26,7 +26,7 @@ _NO_SUCH_TABLE_ERRNO = 1146
 
 def where(alias: str | None = None) -> str:
     """`database 'default' (deadletter on 127.0.0.1:5432)`: the alias and what it names."""
-    return sql.where(connections[alias or conf.DATABASE])
+    return reconnect.where(connections[alias or conf.DATABASE])
 
 
 def migrate_hint(alias: str | None = None) -> str:
@@ -52,8 +52,8 @@ def database_problem(exc: DatabaseError, alias: str | None = None, *, then: str 
     if is_missing_table(exc):
         return f"{where(alias)} has no deadletter tables: {migrate_hint(alias)}"
     if connections[alias].connection is None:
-        return f"cannot reach {where(alias)}: {sql.first_line(exc)}"
-    return f"{where(alias)} failed: {sql.first_line(exc)}{then}"
+        return f"cannot reach {where(alias)}: {reconnect.first_line(exc)}"
+    return f"{where(alias)} failed: {reconnect.first_line(exc)}{then}"
 
 
 @contextlib.contextmanager

@@ -35,7 +35,7 @@ from deadletter.queue.rows import (
     insert_value,
     process_row,
 )
-from deadletter.store import detached, scans, sql
+from deadletter.store import detached, reconnect, scans, sql
 from deadletter.wire import codec, keys
 from deadletter.wire.gotime import GoTime
 from deadletter.wire.messages import Message
@@ -101,7 +101,7 @@ def store_failed_msgs(queue: str, msg: Message) -> bytes:
             connection, prefix, value, queue=queue, key=key, instrumented=instrumented
         )
     except QueueingError:
-        lost = sql.close_if_lost(connection)  # the next park connects afresh
+        lost = reconnect.close_if_lost(connection)  # the next park connects afresh
         if not lost or instrumented:  # the caller's transaction's park fails loudly
             raise
         key = _park_again(connection, prefix, key, value, queue)
@@ -188,7 +188,7 @@ def remove_msg(key: bytes) -> Removal:
         deleted = sql.write(connection, delete_sql(connection), (key,))
     except DatabaseError:
         logger.exception("dequeue failed key=%s", key.hex())
-        sql.close_if_lost(connection)  # the next call connects afresh
+        reconnect.close_if_lost(connection)  # the next call connects afresh
         return Removal.FAILED
     if not deleted:
         return Removal.ABSENT
@@ -237,7 +237,7 @@ def _peek(queue: str, limit: int) -> list[Queued]:
         rows = sql.read(connection, page_sql(connection, True, limit), (low, high))
     except DatabaseError:
         logger.exception("fetch failed queue=%s", queue)
-        sql.close_if_lost(connection)
+        reconnect.close_if_lost(connection)
         return []
     cutoff, max_row_bytes = age.cutoff_ns(), conf.MAX_ROW_BYTES
     found: list[Queued] = []
@@ -333,7 +333,7 @@ def iter_failed_msgs(
                     logger.error("fetch gave up on a row rewritten under it key=%s", key.hex())
     except DatabaseError:
         logger.exception("fetch failed queue=%s", queue)
-        sql.close_if_lost(connection)
+        reconnect.close_if_lost(connection)
 
 
 def page_sql(connection: BaseDatabaseWrapper, inclusive: bool, batch_size: int) -> str:
