@@ -216,13 +216,7 @@ def check_api_mount(
 
     if apps.is_installed("rest_framework"):
         return []
-    try:
-        from django.urls import get_resolver
-
-        mounted = _includes(get_resolver().url_patterns, "deadletter.api.urls")
-    except Exception:  # a URLconf that does not load is Django's check to report
-        return []
-    if not mounted:
+    if not _api_mounted():
         return []
     return [
         checks.Error(
@@ -233,6 +227,17 @@ def check_api_mount(
             id="deadletter.E008",
         )
     ]
+
+
+def _api_mounted() -> bool:
+    """Whether ROOT_URLCONF includes deadletter.api.urls; a URLconf that does not
+    load is Django's own check to report, so it counts as not mounted here."""
+    try:
+        from django.urls import get_resolver
+
+        return _includes(get_resolver().url_patterns, "deadletter.api.urls")
+    except Exception:
+        return False
 
 
 PROXY_SETTINGS = ("SECURE_PROXY_SSL_HEADER", "USE_X_FORWARDED_HOST", "USE_X_FORWARDED_PORT")
@@ -258,13 +263,7 @@ def check_api_proxy(
         or rates.get("failed_auth") is None
     ):
         return []
-    try:
-        from django.urls import get_resolver
-
-        mounted = _includes(get_resolver().url_patterns, "deadletter.api.urls")
-    except Exception:  # a URLconf that does not load is Django's check to report
-        return []
-    if not mounted:
+    if not _api_mounted():
         return []
     return [
         checks.Warning(
