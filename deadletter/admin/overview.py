@@ -11,11 +11,13 @@ is given up on.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from django import forms
 from django.contrib import messages
+from django.contrib.admin import AdminSite
 from django.core.exceptions import PermissionDenied
+from django.db.models.options import Options
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.template.response import TemplateResponse
@@ -30,13 +32,27 @@ from deadletter.reports import overview, queues, summaries
 from deadletter.store import counters, sql
 from deadletter.wire import keys
 
-if TYPE_CHECKING:
-    from deadletter.admin import QueuedMessageAdmin
-
 MAX_DRAIN_LIMIT = 10_000
 PURGE_CHUNK = 200
 # Queues shown on one page of the overview, in name order (one index seek each).
 QUEUES_PER_PAGE = 50
+
+
+class QueuedMessageAdmin(Protocol):
+    """What these pages need of `deadletter.admin.QueuedMessageAdmin`, which
+    imports them: typing against it here would close an import cycle."""
+
+    @property
+    def admin_site(self) -> AdminSite: ...
+
+    @property
+    def opts(self) -> Options[Any]: ...
+
+    def has_view_permission(self, request: HttpRequest) -> bool: ...
+
+    def has_drain_permission(self, request: HttpRequest) -> bool: ...
+
+    def message_user(self, request: HttpRequest, message: str, level: int | str = ...) -> None: ...
 
 
 class DrainForm(forms.Form):

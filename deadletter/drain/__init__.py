@@ -6,12 +6,13 @@ the table in docs/drain.md). A row is removed only after its handler
 returned, so a crash at any point hands the message in hand over again.
 
 One module a job: `handlers` (loading and checking them), `policy` (a
-queue's attempts limit, backoff and breaker), `outcomes` (the rules and the
-run's `DrainReport`), `locking` (SQLite's one drain per queue), `workers`
-(forked workers on PostgreSQL and MySQL/MariaDB), `run` (the `Drainer`
-loop, one pass), `service` (pass after pass, `--forever`), `stopping`
-(signals), `timeouts` (handlers under a time limit), `retry` (`redeliver`,
-the admin's "retry these") and `web` (views outside the request's transaction).
+queue's attempts limit, backoff and breaker), `outcomes` (the rules),
+`report` (a message's `Outcome`, the run's `DrainReport`), `locking`
+(SQLite's one drain per queue), `workers` (forked workers on PostgreSQL and
+MySQL/MariaDB), `run` (the `Drainer` loop, one pass), `service` (pass after
+pass, `--forever`), `stopping` (signals), `timeouts` (handlers under a time
+limit), `retry` (`redeliver`, the admin's "retry these") and `web` (views
+outside the request's transaction).
 """
 
 from __future__ import annotations
@@ -27,15 +28,13 @@ from deadletter.drain.handlers import (
 from deadletter.drain.locking import QueueLock
 from deadletter.drain.outcomes import (
     ATTEMPTS_KEY,
-    DROP_REASONS,
     LAST_ERROR_KEY,
     LAST_ERROR_LIMIT,
-    DrainReport,
-    Outcome,
     deliver,
     last_error,
 )
 from deadletter.drain.policy import Policy, handler_path
+from deadletter.drain.report import DROP_REASONS, DrainReport, Outcome
 from deadletter.drain.retry import redeliver
 from deadletter.drain.run import PROGRESS_EVERY, Drainer
 from deadletter.drain.service import DEFAULT_INTERVAL, ServiceReport, serve

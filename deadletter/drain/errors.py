@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import signal
-from typing import TYPE_CHECKING
 
 from django.core.exceptions import ImproperlyConfigured
 
+from deadletter.drain.report import DrainReport
 from deadletter.exceptions import DeadletterError
-
-if TYPE_CHECKING:
-    from deadletter.drain.outcomes import DrainReport
 
 __all__ = ["DrainAborted", "DrainConfigError", "DrainLocked"]
 

@@ -11,7 +11,8 @@ from collections.abc import Callable, Iterable
 from deadletter import queue
 from deadletter.drain.handlers import load_handlers
 from deadletter.drain.locking import QueueLock
-from deadletter.drain.outcomes import DrainReport, Outcome, deliver
+from deadletter.drain.outcomes import deliver
+from deadletter.drain.report import DrainReport, Outcome
 from deadletter.drain.timeouts import HungHandlers, TimeLimit
 from deadletter.wire import keys
 

@@ -34,7 +34,8 @@ from deadletter import queue
 from deadletter.drain.errors import DrainAborted, DrainConfigError
 from deadletter.drain.handlers import Loaded, load_handlers
 from deadletter.drain.locking import QueueLock
-from deadletter.drain.outcomes import DrainReport, Outcome, deliver
+from deadletter.drain.outcomes import deliver
+from deadletter.drain.report import DrainReport, Outcome
 from deadletter.drain.timeouts import HungHandlers, TimeLimit, configured_handler_timeout
 from deadletter.drain.workers import Budget, Cursor, Guard, Worker, WorkerPool
 from deadletter.store import reconnect, sql

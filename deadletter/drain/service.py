@@ -23,7 +23,7 @@ from django.db import DatabaseError
 
 from deadletter.conf import conf
 from deadletter.drain.errors import DrainConfigError
-from deadletter.drain.outcomes import DrainReport
+from deadletter.drain.report import DrainReport
 from deadletter.drain.run import Drainer
 from deadletter.drain.timeouts import seconds_of
 from deadletter.store import reconnect, sql

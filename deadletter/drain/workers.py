@@ -28,7 +28,7 @@ from django.db import connections
 
 from deadletter import queue
 from deadletter.drain.errors import DrainAborted
-from deadletter.drain.outcomes import DrainReport, Outcome
+from deadletter.drain.report import DrainReport, Outcome
 from deadletter.drain.stopping import SignalGuard
 from deadletter.wire import keys
 

@@ -15,13 +15,13 @@ import dataclasses
 import logging
 from collections.abc import Iterator
 from datetime import datetime
-from typing import TYPE_CHECKING
 
 from django.db import DatabaseError, NotSupportedError, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from deadletter import signals
 from deadletter.conf import conf
+from deadletter.models import QueuedMessage, QueuedMessageQuerySet
 from deadletter.queue import age
 from deadletter.queue.causes import signature_of
 from deadletter.queue.rows import (
@@ -42,9 +42,6 @@ from deadletter.store.counters import record_drop
 from deadletter.wire import codec, keys
 from deadletter.wire.gotime import GoTime
 from deadletter.wire.messages import Message
-
-if TYPE_CHECKING:
-    from deadletter.models import QueuedMessageQuerySet
 
 logger = logging.getLogger("deadletter")
 
@@ -98,8 +95,6 @@ def count_rows(queue: str, until: bytes | None = None) -> int:
 
 
 def _rows() -> QueuedMessageQuerySet:
-    from deadletter.models import QueuedMessage
-
     return QueuedMessage.objects.using(conf.DATABASE)
 
 

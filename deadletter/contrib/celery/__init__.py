@@ -10,10 +10,7 @@ parks only the exception types it lists.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from deadletter.wire.messages import Message
+from deadletter.wire.messages import Message
 
 __all__ = ["redrive"]
 

@@ -7,10 +7,7 @@ and `redrive` (a drain handler) enqueues it again. Opt in with
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from deadletter.wire.messages import Message
+from deadletter.wire.messages import Message
 
 __all__ = ["redrive"]
 
