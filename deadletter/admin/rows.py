@@ -23,12 +23,11 @@ from django.utils.timesince import timesince
 from django.utils.timezone import localtime
 
 from deadletter.conf import conf
-from deadletter.drain import ATTEMPTS_KEY, LAST_ERROR_KEY
 from deadletter.drain.outcomes import is_held
 from deadletter.models import QueuedMessage
 from deadletter.queue import age as age_rule
 from deadletter.queue import browse
-from deadletter.queue.rows import attempts_of
+from deadletter.queue.rows import ATTEMPTS_KEY, LAST_ERROR_KEY, attempts_of
 from deadletter.wire import codec, gotime, keys
 from deadletter.wire.gotime import GoOnlyTime, GoTime
 from deadletter.wire.messages import Message

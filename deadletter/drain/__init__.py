@@ -26,13 +26,7 @@ from deadletter.drain.handlers import (
     load_handlers,
 )
 from deadletter.drain.locking import QueueLock
-from deadletter.drain.outcomes import (
-    ATTEMPTS_KEY,
-    LAST_ERROR_KEY,
-    LAST_ERROR_LIMIT,
-    deliver,
-    last_error,
-)
+from deadletter.drain.outcomes import LAST_ERROR_LIMIT, deliver, last_error
 from deadletter.drain.policy import Policy, handler_path
 from deadletter.drain.report import DROP_REASONS, DrainReport, Outcome
 from deadletter.drain.retry import redeliver
@@ -49,11 +43,9 @@ from deadletter.drain.timeouts import (
 from deadletter.drain.web import outside_request_transactions
 
 __all__ = [
-    "ATTEMPTS_KEY",
     "DEFAULT_GRACE",
     "DEFAULT_INTERVAL",
     "DROP_REASONS",
-    "LAST_ERROR_KEY",
     "LAST_ERROR_LIMIT",
     "MAX_HUNG_HANDLERS",
     "PROGRESS_EVERY",

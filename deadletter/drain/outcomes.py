@@ -15,14 +15,12 @@ from deadletter.drain.policy import Policy, held_wait
 from deadletter.drain.report import Outcome
 from deadletter.drain.timeouts import HungHandlers, call_within
 from deadletter.exceptions import NeedsOperator, PermanentFailure
-from deadletter.queue import ATTEMPTS_KEY, LAST_ERROR_KEY, DropReason
+from deadletter.queue.rows import ATTEMPTS_KEY, LAST_ERROR_KEY, DropReason
 from deadletter.wire import keys
 from deadletter.wire.messages import Message
 
 __all__ = [
-    "ATTEMPTS_KEY",
     "HELD_MARK",
-    "LAST_ERROR_KEY",
     "LAST_ERROR_LIMIT",
     "deliver",
     "held_error",

@@ -27,6 +27,7 @@ from deadletter.queue import (
     remove_msg,
     store_failed_msgs,
 )
+from deadletter.queue.rows import ATTEMPTS_KEY
 from deadletter.store import sql
 from deadletter.wire import codec, keys
 from deadletter.wire.gotime import GoTime
@@ -129,7 +130,7 @@ def test_attempts_and_last_error_are_what_the_drain_recorded(clock) -> None:
     (fetched,) = fetch_failed_msgs("q")
     assert fetched.attempts == 2
     assert fetched.last_error == "ConnectionError: webhook answered 502"
-    assert fetched.msg.extra[drain.ATTEMPTS_KEY] == fetched.attempts
+    assert fetched.msg.extra[ATTEMPTS_KEY] == fetched.attempts
 
 
 def test_fetch_returns_messages_oldest_first(clock) -> None:

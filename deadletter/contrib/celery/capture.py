@@ -22,8 +22,9 @@ from django.utils.module_loading import import_string
 from deadletter import queue
 from deadletter.conf import conf
 from deadletter.contrib.celery.checks import check_celery
-from deadletter.drain import LAST_ERROR_KEY, LAST_ERROR_LIMIT, last_error
+from deadletter.drain import LAST_ERROR_LIMIT, last_error
 from deadletter.queue import seals
+from deadletter.queue.rows import LAST_ERROR_KEY
 from deadletter.wire import codec
 from deadletter.wire.gotime import GoTime
 from deadletter.wire.messages import Message

@@ -24,8 +24,9 @@ from deadletter import queue
 from deadletter.conf import conf
 from deadletter.contrib.tasks import framework, inflight
 from deadletter.contrib.tasks.checks import check_framework
-from deadletter.drain import ATTEMPTS_KEY, LAST_ERROR_KEY, LAST_ERROR_LIMIT
+from deadletter.drain import LAST_ERROR_LIMIT
 from deadletter.queue import seals
+from deadletter.queue.rows import ATTEMPTS_KEY, LAST_ERROR_KEY
 from deadletter.wire import codec
 from deadletter.wire.gotime import GoTime
 from deadletter.wire.messages import Message
