@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from deadletter.queue import DropReason
+from deadletter.queue.rows import DropReason
 
 __all__ = ["DROP_REASONS", "DrainReport", "Outcome"]
 
