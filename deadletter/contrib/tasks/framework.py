@@ -44,6 +44,7 @@ def find() -> Framework | None:
             task_finished=signals.task_finished,
             task_class=base.Task,
             immediate_backend=immediate.ImmediateBackend,
-            invalid_task=exceptions.InvalidTask,
+            # Django names it InvalidTask, the backport InvalidTaskError.
+            invalid_task=getattr(exceptions, "InvalidTask", None) or exceptions.InvalidTaskError,
         )
     return None
