@@ -18,6 +18,7 @@ from typing import Any
 
 from django.db import connection
 
+from deadletter import NeedsOperator
 from deadletter.wire.messages import Message
 from tests.factories import REPO, TABLE
 
@@ -69,6 +70,11 @@ def recording_handler(msg: Message) -> Message | None:
     if len(todo) > 1:
         return msg.replace(skip_recipients=[*done, todo[0]])
     return None
+
+
+def needs_operator_handler(msg: Message) -> None:
+    """Keeps every message for an operator, as a redrive that cannot find its task does."""
+    raise NeedsOperator(f"task for {msg.subject} is unknown here")
 
 
 class Drain:

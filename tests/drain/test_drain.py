@@ -35,7 +35,7 @@ from deadletter.queue import (
 )
 from deadletter.wire import codec, keys
 from deadletter.wire.messages import Message
-from tests.drain.drain_harness import claim_held_by_another_thread
+from tests.drain.drain_harness import Drain, claim_held_by_another_thread
 from tests.factories import park, parked
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -275,13 +275,23 @@ def test_held_messages_add_up_across_workers_reports() -> None:
 
 
 @pytest.mark.slow
-def test_worker_processes_count_the_messages_they_kept_for_an_operator() -> None:
+def test_worker_processes_count_the_messages_they_kept_for_an_operator(
+    subprocess_env: dict[str, str], tmp_path: Path
+) -> None:
     if connection.vendor == "sqlite":
         pytest.skip("worker processes need PostgreSQL or MySQL/MariaDB")
     park("a", "b", "c")
-    behaviour["*"] = NeedsOperator("task unknown here")
-    report = drain(workers=2)
-    assert (report.held, report.exit_code, parked()) == (3, 1, ["a", "b", "c"])
+    child = Drain(
+        subprocess_env,
+        tmp_path,
+        "--workers",
+        "2",
+        "--format",
+        "json",
+        handler="tests.drain.drain_harness.needs_operator_handler",
+    )
+    assert child.wait() == 1, child.output()
+    assert (child.summary()["held"], parked()) == (3, ["a", "b", "c"])
 
 
 def test_without_max_attempts_a_failing_message_stays() -> None:
