@@ -12,7 +12,7 @@ from django.core.management.base import CommandError
 from deadletter.conf import conf
 from deadletter.models import QueuedMessage
 from deadletter.reports import queues
-from deadletter.reports.overview import COUNT_CAP
+from deadletter.reports.overview import COUNT_CAP, Count
 
 __all__ = ["SHOWN", "Unhandled", "require_known_queues", "unhandled_queues"]
 
@@ -41,7 +41,7 @@ class Unhandled:
 
     def __str__(self) -> str:
         shown = ", ".join(
-            f"{name} ({min(count, COUNT_CAP):,}{'+' if count > COUNT_CAP else ''} row(s))"
+            f"{name} ({Count(min(count, COUNT_CAP), count > COUNT_CAP)} row(s))"
             for name, count in self.counts
         )
         return shown + (" and more" if self.more else "")
