@@ -78,7 +78,7 @@ def store_failed_msgs(queue: str, msg: Message) -> bytes:
             f"({conf.MAX_ROW_BYTES:,})"
         )
     connection = sql.connection()
-    instrumented = False
+    private = False
     if connection.in_atomic_block or not connection.autocommit:  # attribute reads only
         try:
             where = detached.route(connection)
@@ -89,7 +89,7 @@ def store_failed_msgs(queue: str, msg: Message) -> bytes:
                 return key
             if where is detached.Route.PRIVATE:
                 connection = detached.private_connection(connection)
-                instrumented = True
+                private = True
         except (DatabaseError, OSError) as exc:
             logger.exception("store failed queue=%s", queue)
             raise QueueingError(f"the message could not be parked: {exc}") from exc
@@ -97,12 +97,10 @@ def store_failed_msgs(queue: str, msg: Message) -> bytes:
         detached.settle_now_and_then(connection)
     key = keys.new_key(prefix)
     try:
-        key = insert_value(
-            connection, prefix, value, queue=queue, key=key, instrumented=instrumented
-        )
+        key = insert_value(connection, prefix, value, queue=queue, key=key)
     except QueueingError:
         lost = reconnect.close_if_lost(connection)  # the next park connects afresh
-        if not lost or instrumented:  # the caller's transaction's park fails loudly
+        if not lost or private:  # the caller's transaction's park fails loudly
             raise
         key = _park_again(connection, prefix, key, value, queue)
     if signals.message_enqueued.receivers:

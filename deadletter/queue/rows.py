@@ -137,7 +137,6 @@ def insert_value(
     *,
     queue: str,
     key: bytes | None = None,
-    instrumented: bool = False,
 ) -> bytes:
     """Insert an encoded row under `key` (a fresh one when None), retrying a key
     collision with a new key."""
@@ -146,7 +145,7 @@ def insert_value(
         if key is None:
             key = keys.new_key(prefix)
         try:
-            sql.write(connection, query, (key, value), instrumented=instrumented)
+            sql.write(connection, query, (key, value))
         except IntegrityError:
             logger.warning("store key collision queue=%s key=%s", queue, key.hex())
             key = None

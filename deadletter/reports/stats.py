@@ -269,7 +269,7 @@ def expiring_rows(
     limit = EXPIRING_SCAN_LIMIT if limit is None else limit
     low, _ = keys.message_bounds(queue)
     high = keys.make_key(queue, max(0, min(threshold_ns, (1 << 64) - 1)), 0)
-    for index, (key, value) in enumerate(sql.iter_range(connection, sql.TABLE, low, high, _PAGE)):
+    for index, (key, value) in enumerate(sql.iter_range(connection, sql.table(), low, high, _PAGE)):
         if index >= limit:
             yield key, None
             return
@@ -324,7 +324,7 @@ def _attempts(
         return counts, 0
     low, high = keys.message_bounds(status.name)
     rows = 0
-    for _key, value in sql.iter_range(connection, sql.TABLE, low, high, _PAGE):
+    for _key, value in sql.iter_range(connection, sql.table(), low, high, _PAGE):
         if sample is not None and rows >= sample:
             break
         rows += 1

@@ -1,5 +1,5 @@
-"""The queue table's SQL plumbing: the connection, statements on the driver's
-cursor, and signals sent once a row change has committed.
+"""The queue table's SQL plumbing: the connection, statements on Django's cursor,
+and signals sent once a row change has committed.
 
 Below `queue/`, above the models: nothing here knows the
 queue's rules.
@@ -7,13 +7,11 @@ queue's rules.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
-from django.conf import settings
 from django.db import DataError, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
@@ -32,13 +30,6 @@ def table() -> str:
 
 
 _queue_table = table
-
-
-def __getattr__(name: str) -> Any:
-    """`TABLE`, kept for importers: the model's table name, read when asked."""
-    if name == "TABLE":
-        return table()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def connection() -> BaseDatabaseWrapper:
@@ -200,129 +191,29 @@ def can_skip_locked(connection: BaseDatabaseWrapper) -> bool:
     return connection.vendor != "sqlite" and connection.features.has_select_for_update_skip_locked
 
 
-def watched(connection: BaseDatabaseWrapper) -> bool:
-    """Whether anyone looks at this connection's statements: an `execute_wrapper`
-    (APM hooks, tests) or query logging (`connection.queries_logged`:
-    `force_debug_cursor` or `DEBUG`)."""
-    return bool(connection.execute_wrappers) or connection.force_debug_cursor or _debug()
-
-
-_read_settings = object.__getattribute__(settings, "__dict__")
-
-
-def _debug() -> bool:
-    """`settings.DEBUG` as `queries_logged` reads it, from the cache `LazySettings`
-    keeps of every setting read (dropped whenever a setting or the whole settings
-    object changes), without the lazy object's own attribute lookup, which would be
-    the costliest step of a driver-path statement's Python side."""
-    try:
-        return bool(_read_settings["DEBUG"])
-    except KeyError:
-        return bool(settings.DEBUG)
-
-
-def write(
-    connection: BaseDatabaseWrapper, sql: str, params: Any, *, instrumented: bool = False
-) -> int:
-    """Run one write, in a savepoint when the caller holds a transaction so a
-    failed statement does not poison it; in its own autocommit otherwise.
-    `PacketTooLarge` before anything is sent for one the server would refuse.
-
-    Through Django's cursor whenever anyone is watching (`watched`), inside a
-    transaction, or when `instrumented` (a second connection's rare writes).
-    """
+def write(connection: BaseDatabaseWrapper, sql: str, params: Any) -> int:
+    """Run one write through Django's cursor (its execute wrappers and query log
+    see it), in a savepoint when the caller holds a transaction so a failed
+    statement does not poison it; in its own autocommit otherwise.
+    `PacketTooLarge` before anything is sent for one the server would refuse."""
     if connection.vendor == "mysql":
         refuse_oversized(connection, sql, params)
     if connection.in_atomic_block:
         with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
             cursor.execute(sql, params)
             return cursor.rowcount
-    if instrumented or watched(connection):
-        with connection.cursor() as cursor:
-            cursor.execute(sql, params)
-            return cursor.rowcount
-    # Driver path, kept only when nothing watches: Django's cursor wrapper costs
-    # about as much as a SQLite INSERT (bench/bench_core.py prints both).
-    cursor = _driver_cursor(connection)
-    try:
-        cursor.execute(_driver_sql(connection.vendor, sql), params)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
         return cursor.rowcount
-    except Exception:
-        with connection.wrap_database_errors:
-            raise
-    finally:
-        _close(cursor)
 
 
 def read(connection: BaseDatabaseWrapper, sql: str, params: Any) -> list[tuple[Any, ...]]:
-    """All rows of one SELECT (a page of a scan is read whole, so no cursor stays
-    open while the caller works); through Django's cursor whenever anyone watches."""
-    if watched(connection):
-        with connection.cursor() as cursor:
-            cursor.execute(sql, params)
-            return list(cursor.fetchall())
-    # Driver path when nothing watches: the wrapper's cost per page (bench_core).
-    cursor = _driver_cursor(connection)
-    try:
-        cursor.execute(_driver_sql(connection.vendor, sql), params)
+    """All rows of one SELECT, through Django's cursor (a page of a scan is read
+    whole, so no cursor stays open while the caller works)."""
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
         rows = cursor.fetchall()
-        return rows if type(rows) is list else list(rows)
-    except Exception:
-        with connection.wrap_database_errors:
-            raise
-    finally:
-        _close(cursor)
-
-
-def _driver_cursor(connection: BaseDatabaseWrapper) -> Any:
-    """A cursor of the driver's own connection, after Django's connection check
-    whenever it must run (`_django_must_check`)."""
-    raw = connection.connection
-    if _django_must_check(connection):
-        connection.ensure_connection()
-        raw = connection.connection
-    try:
-        return raw.cursor()
-    except Exception:
-        with connection.wrap_database_errors:  # a closed connection: Django's error
-            raise
-
-
-def _close(cursor: Any) -> None:
-    """Close a driver cursor whatever state its connection is in: on a connection
-    gone, MySQLdb's `close` raises too, which would hide the statement's own error."""
-    with contextlib.suppress(Exception):
-        cursor.close()
-
-
-def autocommit(connection: BaseDatabaseWrapper) -> bool:
-    """`connection.get_autocommit()`, without its connection check once connected."""
-    if _django_must_check(connection):
-        return connection.get_autocommit()
-    return connection.autocommit
-
-
-def _django_must_check(connection: BaseDatabaseWrapper) -> bool:
-    """Whether Django's own connection check must run first: not connected yet
-    (it connects), or an event loop runs in this thread (it refuses, with
-    `SynchronousOnlyOperation`). Otherwise the check would only cost time."""
-    return connection.connection is None or _running_loop() is not None
-
-
-_running_loop = asyncio._get_running_loop
-_driver_forms: dict[str, str] = {}
-
-
-def _driver_sql(vendor: str, sql: str) -> str:
-    """`sql` with sqlite3's `?` placeholders on SQLite; as it is elsewhere."""
-    if vendor != "sqlite":
-        return sql
-    form = _driver_forms.get(sql)
-    if form is None:
-        if len(_driver_forms) >= 256:
-            _driver_forms.clear()
-        form = _driver_forms[sql] = sql.replace("%s", "?")
-    return form
+    return rows if type(rows) is list else list(rows)
 
 
 def after_commit(connection: BaseDatabaseWrapper, signal: Any, **kwargs: Any) -> None:

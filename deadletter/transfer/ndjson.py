@@ -124,7 +124,7 @@ def dump(
     with _without_mmap(connection):
         for name, _ in _queue_names(queues):
             low, high = keys.queue_bounds(name)
-            for key, value in sql.iter_range(connection, sql.TABLE, low, high, BATCH):
+            for key, value in sql.iter_range(connection, sql.table(), low, high, BATCH):
                 out.write(row_line(key, value))
                 written += 1
                 if on_row is not None:
