@@ -6,6 +6,12 @@ rows, and no query counts the whole table. Prints, per page and size, the
 best time of REPEAT requests, the number of queries, and any unbounded
 COUNT. One row in ten has a recorded failure (a signature). BENCH_ROWS
 overrides the 1,000,000.
+
+Then the changelist's table both ways, side by side at the large size: the
+hand-written one pass (`admin.table`, what ships) and Django's own
+`{% result_list cl %}` (`lookup_field`, `format_html` and the checkbox
+widget's template for every cell), at 50 rows a page (the admin's) and at
+100, interleaved rounds, the best of each.
 """
 
 from __future__ import annotations
@@ -21,6 +27,8 @@ ROWS = int(os.environ.get("BENCH_ROWS", "1000000"))
 SMALL = 1000
 QUEUES = [f"queue-{i:02d}" for i in range(20)]
 REPEAT = 7
+CHANGELIST = "/admin/deadletter/queuedmessage/"
+ROUNDS = int(os.environ.get("BENCH_ROUNDS", "5"))
 CAUSES = ["ConnectionError: timeout after # s", "HTTPError: # Service Unavailable for #"]
 
 
@@ -111,11 +119,11 @@ def main() -> None:
         return best, len(ctx.captured_queries), counts
 
     pages = [
-        ("changelist", lambda p: "/admin/deadletter/queuedmessage/"),
-        ("one queue", lambda p: "/admin/deadletter/queuedmessage/?queue=queue-07"),
-        ("next page", lambda p: f"/admin/deadletter/queuedmessage/?after={first_key(p)}"),
-        ("message page", lambda p: f"/admin/deadletter/queuedmessage/{first_key(p)}/change/"),
-        ("overview", lambda p: "/admin/deadletter/queuedmessage/overview/"),
+        ("changelist", lambda p: CHANGELIST),
+        ("one queue", lambda p: f"{CHANGELIST}?queue=queue-07"),
+        ("next page", lambda p: f"{CHANGELIST}?after={first_key(p)}"),
+        ("message page", lambda p: f"{CHANGELIST}{first_key(p)}/change/"),
+        ("overview", lambda p: f"{CHANGELIST}overview/"),
     ]
     worst = 0.0
     for label, url_of in pages:
@@ -129,6 +137,66 @@ def main() -> None:
                 worst = max(worst, best)
         print(line)
     print(f"slowest page at {ROWS:,} rows: {worst * 1e3:.1f} ms (goal < 150 ms)")
+    compare_renderings(big_path, timed)
+
+
+def compare_renderings(path, timed) -> None:
+    """The changelist at `path` with the shipped table and with Django's own
+    rendering, swapped on `KeysetChangeList` between interleaved rounds: the
+    whole page's server time, and the table's rendering alone (a fresh
+    changelist each time, so each row is decoded in the timed call)."""
+    from django.contrib import admin
+    from django.contrib.auth.models import User
+    from django.db import connections
+    from django.template import Context, Template
+    from django.test import RequestFactory
+
+    from deadletter.admin.changelist import KeysetChangeList
+    from deadletter.models import QueuedMessage
+
+    djangos = Template("{% load admin_list %}{% result_list cl %}")
+    ours = KeysetChangeList.results_table
+
+    def djangos_table(cl):
+        return djangos.render(Context({"cl": cl, "opts": cl.opts}))
+
+    renderings = {"table.py": ours, "Django's": djangos_table}
+    model_admin = admin.site.get_model_admin(QueuedMessage)
+    shipped_per_page = model_admin.list_per_page
+    connections["default"].close()
+    connections["default"].settings_dict["NAME"] = str(path)
+    user = User.objects.get(username="bench")
+
+    def render_only(rendering, query: dict[str, str]) -> float:
+        request = RequestFactory().get(CHANGELIST, query)
+        request.user = user
+        cl = model_admin.get_changelist_instance(request)
+        start = time.perf_counter()
+        rendering(cl)
+        return time.perf_counter() - start
+
+    print(f"changelist at {ROWS:,} rows, the table hand-written vs Django's own rendering:")
+    for per_page in (shipped_per_page, 100):
+        model_admin.list_per_page = per_page
+        for query in ({}, {"queue": "queue-07"}):
+            url = CHANGELIST + ("?queue=queue-07" if query else "")
+            page = dict.fromkeys(renderings, float("inf"))
+            alone = dict.fromkeys(renderings, float("inf"))
+            for _ in range(ROUNDS):
+                for name, rendering in renderings.items():
+                    KeysetChangeList.results_table = rendering
+                    page[name] = min(page[name], timed(path, url)[0])
+                    for _ in range(REPEAT):
+                        alone[name] = min(alone[name], render_only(rendering, query))
+            KeysetChangeList.results_table = ours
+            print(
+                f"  {per_page:3d} rows a page, {'one queue' if query else 'all':9s}"
+                + "".join(
+                    f"  {name} page {page[name] * 1e3:5.1f} ms (table {alone[name] * 1e3:5.1f} ms)"
+                    for name in renderings
+                )
+            )
+    model_admin.list_per_page = shipped_per_page
 
 
 if __name__ == "__main__":
