@@ -19,6 +19,7 @@ from typing import Any
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.contrib.admin.templatetags.admin_urls import add_preserved_filters
+from django.contrib.admin.utils import unquote
 from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import QuerySet
@@ -27,6 +28,7 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
+from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
 from deadletter import drain
@@ -151,10 +153,13 @@ class QueuedMessageAdmin(admin.ModelAdmin):
         if not self.has_drain_permission(request):
             raise PermissionDenied
         obj = self.get_object(request, object_id)
-        if obj is None:
-            return self._get_obj_does_not_exist_redirect(  # type: ignore[attr-defined]
-                request, self.opts, object_id
+        if obj is None:  # what Django's own views answer for a row gone
+            gone = _("%(name)s with ID “%(key)s” doesn’t exist. Perhaps it was deleted?")
+            key = unquote(object_id)
+            self.message_user(
+                request, gone % {"name": self.opts.verbose_name, "key": key}, messages.WARNING
             )
+            return HttpResponseRedirect(reverse("admin:index", current_app=self.admin_site.name))
         try:
             deadline = time.monotonic() + conf.ADMIN_TIME_BUDGET
             report = drain.redeliver(

@@ -16,6 +16,8 @@ from argparse import ArgumentParser
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from django.core.management.base import OutputWrapper
+
 __all__ = ["add_progress_argument", "is_terminal", "progress_bar"]
 
 logger = logging.getLogger("deadletter")
@@ -47,6 +49,24 @@ def _columns(stream: Any) -> int:
         return 0
 
 
+class _Unended:
+    """The file tqdm writes to: `stream`, whose `write`, where it is Django's
+    OutputWrapper, is told to end nothing with a line end (it adds one by default)."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+        self.wrapped = isinstance(stream, OutputWrapper)
+
+    def write(self, text: str) -> None:
+        if self.wrapped:
+            self.stream.write(text, ending="")
+        else:
+            self.stream.write(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)
+
+
 def _noop(n: int = 1) -> None:
     return None
 
@@ -67,8 +87,8 @@ def progress_bar(
     except ImportError:
         yield _noop
         return
-    target = getattr(stream, "_out", stream)  # Django's OutputWrapper wraps the file
-    sized = _columns(target) > 0  # a terminal that reports no size gets 80x24
+    target = _Unended(stream)
+    sized = _columns(stream) > 0  # a terminal that reports no size gets 80x24
     with (
         tqdm(
             total=total,

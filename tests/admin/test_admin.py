@@ -418,6 +418,16 @@ def test_retry_now_on_the_message_page_delivers_it(admin_client, settings) -> No
     assert button is None
 
 
+@pytest.mark.django_db
+def test_retry_now_of_a_message_already_gone_says_so_and_goes_to_the_admin_index(
+    admin_client,
+) -> None:
+    gone = keys.new_key("q").hex()
+    response = admin_client.post(f"{CHANGELIST}{gone}/retry/", follow=True)
+    assert response.redirect_chain == [(reverse("admin:index"), 302)]
+    assert f"with ID “{gone}” doesn’t exist" in response.content.decode()
+
+
 # --- actions ---------------------------------------------------------------------
 
 
