@@ -17,14 +17,22 @@ REPO = Path(__file__).resolve().parents[1]
 
 def django_on_fresh_sqlite(name: str) -> Path:
     """Point the demo settings at a new SQLite file, set Django up, migrate it."""
-    workdir = Path(os.environ.get("BENCH_DIR") or tempfile.mkdtemp(prefix="deadletter-bench-"))
+    path = fresh_sqlite_path(name)
+    os.environ.pop("DATABASE_URL", None)
+    os.environ["DEADLETTER_SQLITE_PATH"] = str(path)
+    _django_up()
+    return path
+
+
+def fresh_sqlite_path(name: str) -> Path:
+    """A SQLite file `<name>.sqlite3` in BENCH_DIR (a new folder when unset), none of it left."""
+    if not os.environ.get("BENCH_DIR"):
+        os.environ["BENCH_DIR"] = tempfile.mkdtemp(prefix="deadletter-bench-")
+    workdir = Path(os.environ["BENCH_DIR"])
     workdir.mkdir(parents=True, exist_ok=True)
     path = workdir / f"{name}.sqlite3"
     for suffix in ("", "-wal", "-shm"):
         Path(f"{path}{suffix}").unlink(missing_ok=True)
-    os.environ.pop("DATABASE_URL", None)
-    os.environ["DEADLETTER_SQLITE_PATH"] = str(path)
-    _django_up()
     return path
 
 
@@ -39,18 +47,22 @@ def django_on_fresh_postgres(name: str, url: str) -> str:
     A database of its own per script, so that a run never empties the database
     named by `url` nor one another script is using. Returns its URL.
     """
-    import psycopg
-    from dj_database_url import parse
-
-    cfg = parse(url)
-    fresh = f"{cfg['NAME']}_{name}"
-    with psycopg.connect(autocommit=True, connect_timeout=5, **postgres_conninfo(url)) as admin:
-        admin.execute(f'DROP DATABASE IF EXISTS "{fresh}" WITH (FORCE)')
-        admin.execute(f'CREATE DATABASE "{fresh}"')
-    fresh_url = url.split("?", 1)[0].rsplit("/", 1)[0] + "/" + fresh
+    fresh_url = fresh_postgres(name, url)
     os.environ["DATABASE_URL"] = fresh_url
     _django_up()
     return fresh_url
+
+
+def fresh_postgres(name: str, url: str) -> str:
+    """`django_on_fresh_postgres`'s database, made (dropped first) and not used yet."""
+    import psycopg
+    from dj_database_url import parse
+
+    fresh = f"{parse(url)['NAME']}_{name}"
+    with psycopg.connect(autocommit=True, connect_timeout=5, **postgres_conninfo(url)) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{fresh}" WITH (FORCE)')
+        admin.execute(f'CREATE DATABASE "{fresh}"')
+    return url.split("?", 1)[0].rsplit("/", 1)[0] + "/" + fresh
 
 
 def is_mysql_url(url: str | None) -> bool:
@@ -61,6 +73,14 @@ def django_on_fresh_mysql(name: str, url: str) -> str:
     """A new database `<url's database>_<name>` (utf8mb4) on `url`'s MySQL/MariaDB
     server, dropped first when a previous run left it, set as `DATABASE_URL`,
     Django set up, migrated; as `django_on_fresh_postgres`. Returns its URL."""
+    fresh_url = fresh_mysql(name, url)
+    os.environ["DATABASE_URL"] = fresh_url
+    _django_up()
+    return fresh_url
+
+
+def fresh_mysql(name: str, url: str) -> str:
+    """`django_on_fresh_mysql`'s database, made (dropped first) and not used yet."""
     from dj_database_url import parse
 
     fresh = f"{parse(url)['NAME']}_{name}"
@@ -71,10 +91,7 @@ def django_on_fresh_mysql(name: str, url: str) -> str:
         cursor.execute(f"CREATE DATABASE `{fresh}` CHARACTER SET utf8mb4")
     finally:
         admin.close()
-    fresh_url = url.split("?", 1)[0].rsplit("/", 1)[0] + "/" + fresh
-    os.environ["DATABASE_URL"] = fresh_url
-    _django_up()
-    return fresh_url
+    return url.split("?", 1)[0].rsplit("/", 1)[0] + "/" + fresh
 
 
 def django_on_fresh_database(name: str) -> tuple[str, str]:
@@ -91,16 +108,48 @@ def django_on_fresh_database(name: str) -> tuple[str, str]:
     return "sqlite", str(django_on_fresh_sqlite(name))
 
 
-def _django_up() -> None:
+APART = "deadletter"
+"""The alias of a site that keeps its dead letters apart (`DEADLETTER_DATABASE`)."""
+
+
+def django_on_fresh_databases(name: str) -> tuple[str, str, str]:
+    """`django_on_fresh_database`, and beside it a second fresh database of the same
+    vendor (`<name>_apart`) under the alias `APART`, migrated too: the shape of a
+    site whose queue lives on an alias of its own. Returns `(vendor, target, apart's)`."""
+    url = os.environ.get("DATABASE_URL")
+    if is_postgres_url(url) or is_mysql_url(url):
+        postgres = is_postgres_url(url)
+        fresh = fresh_postgres if postgres else fresh_mysql
+        target, apart = fresh(name, str(url)), fresh(f"{name}_apart", str(url))
+        os.environ["DATABASE_URL"] = target
+        _django_up(apart={"NAME": apart.rsplit("/", 1)[1]})
+        return ("postgresql" if postgres else "mysql"), target, apart
+    path, apart_path = fresh_sqlite_path(name), fresh_sqlite_path(f"{name}-apart")
+    os.environ.pop("DATABASE_URL", None)
+    os.environ["DEADLETTER_SQLITE_PATH"] = str(path)
+    _django_up(apart={"NAME": str(apart_path)})
+    return "sqlite", str(path), str(apart_path)
+
+
+def _django_up(apart: dict[str, str] | None = None) -> None:
+    """Django set up on the demo settings and migrated; with `apart`, an alias `APART`
+    like the default one but for these keys (its own database), migrated as well."""
     os.environ["DJANGO_DEBUG"] = "0"
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
     sys.path.insert(0, str(REPO))
     import django
+    from django.conf import settings
 
+    if apart is not None:
+        default = settings.DATABASES["default"]
+        test = {**default.get("TEST", {}), "NAME": f"{apart['NAME']}_test"}
+        settings.DATABASES[APART] = {**default, **apart, "TEST": test}
     django.setup()
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0)
+    if apart is not None:
+        call_command("migrate", database=APART, verbosity=0)
 
 
 def postgres_conninfo(url: str, dbname: str = "postgres") -> dict[str, Any]:
@@ -186,13 +235,15 @@ def anon_rss_bytes() -> int:
     return rss_bytes()
 
 
-def commit_without_flush(target: str) -> None:
+def commit_without_flush(target: str, alias: str = "default") -> None:
     """PostgreSQL commits that do not wait for the disk flush on the bench
-    database, as SQLite's WAL with synchronous=NORMAL: on a shared disk the
-    flush's noise would swamp the per-statement cost the ratios are about.
-    Both sides get it (a database setting); Django's connection reconnects."""
-    from django.db import connection
+    database `target` (Django's `alias`), as SQLite's WAL with synchronous=NORMAL:
+    on a shared disk the flush's noise would swamp the per-statement cost the
+    ratios are about. Both sides get it (a database setting); Django's connection
+    reconnects."""
+    from django.db import connections
 
+    connection = connections[alias]
     with raw_postgres_connection(target) as admin:
         admin.execute(
             f"ALTER DATABASE {connection.ops.quote_name(connection.settings_dict['NAME'])} "

@@ -49,8 +49,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from _setup import commit_without_flush, django_on_fresh_database, require_speedups
-from bench_core import Raw
+from _setup import APART, commit_without_flush, django_on_fresh_databases, require_speedups
+from bench_core import TABLE, Raw
 
 QUICK = os.environ.get("BENCH_QUICK") == "1"
 ROUNDS = int(os.environ.get("BENCH_ROUNDS") or (3 if QUICK else 15))
@@ -59,6 +59,10 @@ SCAN_ROWS = 2000 if QUICK else 20_000
 PROFILE_OPS = 3000
 PATHS = ("park", "take", "drain", "read-10", "dequeue", "scan")
 CHOSEN = tuple(filter(None, (os.environ.get("BENCH_PATHS") or ",".join(PATHS)).split(",")))
+# BENCH_CLOCK=cpu: this thread's CPU time instead of the wall clock, for SQLite on a
+# busy machine (the database runs in this process; a server's work would not count).
+clock = time.thread_time if os.environ.get("BENCH_CLOCK") == "cpu" else time.perf_counter
+SHAPES = tuple(filter(None, (os.environ.get("BENCH_SHAPES") or "shared,apart").split(",")))
 DRAIN_BATCH = 500
 SCAN_PAGE = 1000
 VENDORS = ("sqlite", "postgresql", "mysql")
@@ -171,229 +175,334 @@ def ratio_line(name: str, times: dict[str, list[float]], ops: int, goal: float |
     )
 
 
-def main() -> None:
-    vendor, target = django_on_fresh_database("limit")
-    logging.getLogger("deadletter").setLevel(logging.WARNING)  # each drain logs its run
-    import cbor2
-    from django.test.utils import override_settings
+def timed(fn: Callable[[], object], count: int, python: bool = False) -> float:
+    """Seconds for `count` calls of `fn` (without the C speed-up when `python`)."""
+    from deadletter.wire import codec
 
-    if vendor == "postgresql":
-        commit_without_flush(target)  # as bench_core
+    with codec.python_only() if python else contextlib.nullcontext():
+        start = clock()
+        for _ in range(count):
+            fn()
+        return clock() - start
 
-    from deadletter.drain.run import Drainer
-    from deadletter.queue import dequeue, fetch_failed_msgs, iter_failed_msgs, store_failed_msgs
-    from deadletter.wire import codec, keys
 
-    require_speedups()
-    if "--profile" in sys.argv:
-        profile_park(store_failed_msgs)
-        return
+class Anchor:
+    """The raw side's loops on `raw`: the SQL and cbor2's work, with `handler` on
+    each decoded map when one is given (the shared shape's mapping)."""
 
-    raw = Raw(vendor, target, as_django=True)
-    execute, dumps, loads = raw.execute, cbor2.dumps, cbor2.loads
-    pack = struct.Struct(">QQ").pack
-    seq = [1 << 40]
-    value = codec.encode_one(app_message(FAILURE).replace(queued_at=datetime.now(UTC)))
-    goal = {path: goals[VENDORS.index(vendor)] for path, goals in GOALS.items()}
-    rounds = Rounds(ROUNDS, raw.settle if vendor == "sqlite" else lambda: None)
-    # A row in a queue sorting after every other: no side's inserts get SQLite's
-    # append-at-the-end shortcut that the last queue of the table would.
-    execute(raw.insert_sql, (keys.new_key("~after-all"), value))
+    def __init__(self, raw: Raw, handler: Callable[[dict[str, Any]], None] | None) -> None:
+        import cbor2
 
-    def timed(fn: Callable[[], object], count: int, python: bool = False) -> float:
-        with codec.python_only() if python else contextlib.nullcontext():
-            start = time.perf_counter()
-            for _ in range(count):
-                fn()
-            return time.perf_counter() - start
+        self.raw, self.handler, self.loads = raw, handler, cbor2.loads
+        self.dumps, self.pack, self.seq = cbor2.dumps, struct.Struct(">QQ").pack, 1 << 40
 
-    def fill(queue: str, count: int) -> None:
-        raw.fill(queue, value, count)
-
-    def settle() -> None:
-        raw.settle() if vendor != "postgresql" else execute(f"ANALYZE {raw_table()}")
-
-    def raw_table() -> str:
-        return "deadletter_queuedmessage"
-
-    results: dict[str, dict[str, list[float]]] = {}
-
-    # --- park ------------------------------------------------------------------
-    def app_park(queue: str, python: bool) -> Callable[[int], float]:
-        return lambda r: timed(lambda: store_failed_msgs(queue, app_message(FAILURE)), OPS, python)
-
-    def raw_park(queue: str) -> Callable[[int], float]:
-        prefix = queue.encode() + b"\x00"
-        sql = raw.insert_sql
-
-        def once() -> None:
-            now = time.time_ns()
-            seq[0] += 1 << 16
-            stamp = datetime.fromtimestamp(now / 1e9, UTC).isoformat()
-            execute(sql, (prefix + pack(now, seq[0]), dumps([raw_map(FAILURE, stamp)])))
-
-        return lambda r: timed(once, OPS)
-
-    if "park" in CHOSEN:
-        results["park"] = rounds.run(
-            {
-                "app": app_park("park-a", False),
-                "raw": raw_park("park-r"),
-                "py": app_park("park-p", True),
-            }
+    def park(self, queue: str, make_row: Callable[[], list[dict[str, Any]]]) -> Callable[[], None]:
+        prefix, execute, sql, dumps = (
+            queue.encode() + b"\x00",
+            self.raw.execute,
+            self.raw.insert_sql,
+            self.dumps,
         )
 
-    # --- take + handle + remove, one message at a time ---------------------------
-    def app_take(python: bool, side: str) -> Callable[[int], float]:
-        def run(r: int) -> float:
-            queue = f"take-{side}-{r}"
-            with codec.python_only() if python else contextlib.nullcontext():
-                start = time.perf_counter()
-                for item in iter_failed_msgs(queue, batch_size=1):
-                    handle(item.msg)
-                    dequeue(item.key)
-                return time.perf_counter() - start
+        def once() -> None:
+            self.seq += 1 << 16
+            execute(sql, (prefix + self.pack(time.time_ns(), self.seq), dumps(make_row())))
 
-        return run
+        return once
 
-    def raw_take(r: int) -> float:
-        low, high = keys.queue_bounds(f"take-r-{r}")
-        first, after = raw.page_sql(True, 1), raw.page_sql(False, 1)
+    def take(self, queue: str) -> float:
+        low, high = keys_of_queue(queue)
+        raw, loads, handler = self.raw, self.loads, self.handler
+        execute, first, after = raw.execute, raw.page_sql(True, 1), raw.page_sql(False, 1)
         delete = raw.delete_sql
-        start = time.perf_counter()
+        start = clock()
         rows = execute(first, (low, high)).fetchall()
         while rows:
             key, data = rows[0]
-            raw_handle(loads(data)[0])
+            item = loads(data)[0]
+            if handler is not None:
+                handler(item)
             execute(delete, (key,))
             rows = execute(after, (key, high)).fetchall()
-        return time.perf_counter() - start
+        return clock() - start
 
-    def fill_round(path: str) -> Callable[[int], None]:
-        def before(r: int) -> None:
-            for side in ("a", "r", "p"):
-                fill(f"{path}-{side}-{r}", OPS)
-            settle()
-
-        return before
-
-    if "take" in CHOSEN:
-        results["take"] = rounds.run(
-            {"app": app_take(False, "a"), "raw": raw_take, "py": app_take(True, "p")},
-            fill_round("take"),
-        )
-
-    # --- the drain command's loop --------------------------------------------------
-    def app_drain(python: bool, side: str) -> Callable[[int], float]:
-        def run(r: int) -> float:
-            queue = f"drain-{side}-{r}"
-            with (
-                override_settings(DEADLETTER_HANDLERS={queue: "bench_limit.handle"}),
-                codec.python_only() if python else contextlib.nullcontext(),
-            ):
-                start = time.perf_counter()
-                report = Drainer([queue], log_progress=False).run()
-                elapsed = time.perf_counter() - start
-            assert report.delivered == OPS, report.as_dict()
-            return elapsed
-
-        return run
-
-    def raw_drain(r: int) -> float:
-        low, high = keys.queue_bounds(f"drain-r-{r}")
+    def drain(self, queue: str) -> float:
+        """Pages of DRAIN_BATCH, each row decoded and deleted (SQLite); on a server,
+        each row claimed FOR UPDATE SKIP LOCKED in the transaction that deletes it,
+        as workers on many machines need."""
+        if self.raw.vendor != "sqlite":
+            return self.claiming_drain(queue)
+        low, high = keys_of_queue(queue)
+        raw, loads, handler = self.raw, self.loads, self.handler
+        execute, delete = raw.execute, raw.delete_sql
         first, after = raw.page_sql(True, DRAIN_BATCH), raw.page_sql(False, DRAIN_BATCH)
-        delete = raw.delete_sql
-        start = time.perf_counter()
+        start = clock()
         rows = execute(first, (low, high)).fetchall()
         while rows:
             for key, data in rows:
-                raw_handle(loads(data)[0])
+                item = loads(data)[0]
+                if handler is not None:
+                    handler(item)
                 execute(delete, (key,))
             more = len(rows) == DRAIN_BATCH
             rows = execute(after, (rows[-1][0], high)).fetchall() if more else []
-        return time.perf_counter() - start
+        return clock() - start
 
-    def raw_claiming_drain(r: int) -> float:
-        """A server's drain: each row claimed FOR UPDATE SKIP LOCKED in the
-        transaction that deletes it, as workers on many machines need."""
-        low, high = keys.queue_bounds(f"drain-r-{r}")
-        key, p = raw.key, raw.p
+    def claiming_drain(self, queue: str) -> float:
+        low, high = keys_of_queue(queue)
+        raw, loads, handler = self.raw, self.loads, self.handler
+        key, p, execute, delete = raw.key, raw.p, raw.execute, raw.delete_sql
         claim = (
-            f"SELECT {key}, value FROM {raw_table()} WHERE {key} > {p} AND {key} < {p} "
+            f"SELECT {key}, value FROM {TABLE} WHERE {key} > {p} AND {key} < {p} "
             f"AND due_at IS NULL ORDER BY {key} LIMIT 1 FOR UPDATE SKIP LOCKED"
         )
-        delete, begin = raw.delete_sql, "BEGIN"
-        start = time.perf_counter()
+        start = clock()
         after = low
         while True:
-            execute(begin)
+            execute("BEGIN")
             row = execute(claim, (after, high)).fetchone()
             if row is None:
                 execute("COMMIT")
                 break
             after, data = row
-            raw_handle(loads(data)[0])
+            item = loads(data)[0]
+            if handler is not None:
+                handler(item)
             execute(delete, (after,))
             execute("COMMIT")
-        return time.perf_counter() - start
+        return clock() - start
 
+    def read(self, queue: str, limit: int) -> Callable[[], object]:
+        execute, loads = self.raw.execute, self.loads
+        sql, bounds = self.raw.page_sql(True, limit), keys_of_queue(queue)
+        return lambda: [loads(v) for _k, v in execute(sql, bounds).fetchall()]
+
+
+def keys_of_queue(queue: str) -> tuple[bytes, bytes]:
+    from deadletter.wire import keys
+
+    return keys.queue_bounds(queue)
+
+
+class AppSide:
+    """The app's loops: the public API a user calls, `read` its read of the oldest
+    ten (`fetch_failed_msgs`, or `iter_failed_msgs` in the apart shape)."""
+
+    def __init__(self, read: Callable[[str, int], object]) -> None:
+        from deadletter.drain.run import Drainer
+        from deadletter.queue import dequeue, iter_failed_msgs, store_failed_msgs
+
+        self.read_oldest = read
+        self.drainer, self.dequeue, self.iterate = Drainer, dequeue, iter_failed_msgs
+        self.store = store_failed_msgs
+
+    def park(self, queue: str, python: bool) -> Callable[[int], float]:
+        store = self.store
+        return lambda r: timed(lambda: store(queue, app_message(FAILURE)), OPS, python)
+
+    def take(self, prefix: str, python: bool) -> Callable[[int], float]:
+        def run(r: int) -> float:
+            iterate, dequeue = self.iterate, self.dequeue
+
+            def once() -> None:
+                for item in iterate(f"{prefix}-{r}", batch_size=1):
+                    handle(item.msg)
+                    dequeue(item.key)
+
+            return timed(once, 1, python)
+
+        return run
+
+    def drain(self, prefix: str, python: bool) -> Callable[[int], float]:
+        from django.test.utils import override_settings
+
+        def run(r: int) -> float:
+            queue = f"{prefix}-{r}"
+            with (
+                override_settings(DEADLETTER_HANDLERS={queue: "bench_limit.handle"}),
+                codec_mode(python),
+            ):
+                start = clock()
+                report = self.drainer([queue], log_progress=False).run()
+                elapsed = clock() - start
+            assert report.delivered == OPS, report.as_dict()
+            return elapsed
+
+        return run
+
+    def read(self, queue: str, python: bool) -> Callable[[int], float]:
+        read_oldest = self.read_oldest
+        return lambda r: timed(lambda: read_oldest(queue, 10), OPS, python)
+
+
+def codec_mode(python: bool) -> Any:
+    from deadletter.wire import codec
+
+    return codec.python_only() if python else contextlib.nullcontext()
+
+
+def main() -> None:
+    vendor, target, apart_target = django_on_fresh_databases("limit")
+    logging.getLogger("deadletter").setLevel(logging.WARNING)  # each drain logs its run
+    if vendor == "postgresql":
+        commit_without_flush(target)  # as bench_core
+        commit_without_flush(apart_target, APART)
+
+    from deadletter.queue import store_failed_msgs
+
+    require_speedups()
+    if "--profile" in sys.argv:
+        profile_park(store_failed_msgs)
+        return
+    raw = Raw(vendor, target, as_django=True)
+    print(
+        f"bench_limit on {describe(vendor, raw)}, {datetime.now(UTC):%Y-%m-%d %H:%M} UTC; "
+        f"{OPS:,} messages a round ({SCAN_ROWS:,} for scan), median of {ROUNDS} interleaved "
+        f"rounds [lowest-highest round]{'; BENCH_QUICK' if QUICK else ''}"
+        f"{'; CPU time of this thread' if clock is time.thread_time else ''}"
+    )
+    if clock is time.thread_time and vendor != "sqlite":
+        sys.exit("BENCH_CLOCK=cpu measures SQLite only: a server's work is not this thread's")
+    if vendor == "postgresql":
+        print(
+            "  raw psycopg as Django's connection has it (client-side binding, nothing "
+            "prepared); the drain's anchor claims each row in its own transaction"
+        )
+    elif vendor == "mysql":
+        print("  the drain's anchor claims each row in its own transaction")
+    goal = {path: goals[VENDORS.index(vendor)] for path, goals in GOALS.items()}
+    if "shared" in SHAPES:
+        results = shared_shape(vendor, raw)
+        print("  shared: the queue on the default alias; the raw side maps and stamps as the app")
+        report(results, goal)
+    if "apart" in SHAPES:
+        from django.db import connections
+        from django.test.utils import override_settings
+
+        connections["default"].ensure_connection()  # the site's own connection, open beside
+        with override_settings(DEADLETTER_DATABASE=APART):
+            results = apart_shape(vendor, Raw(vendor, apart_target, as_django=True))
+        print(
+            f"  apart: the queue on its own alias {APART!r} (DEADLETTER_DATABASE), take and "
+            "read-10 through iter_failed_msgs; the raw side only runs the SQL and cbor2"
+        )
+        report(results, goal)
+
+
+def report(results: dict[str, dict[str, list[float]]], goal: dict[str, float | None]) -> None:
+    ops = {"scan": SCAN_ROWS, "read-10": OPS}
+    for path, times in results.items():
+        print(ratio_line(path, times, ops.get(path, OPS), goal[path]))
+
+
+def fill_round(raw: Raw, path: str, value: bytes) -> Callable[[int], None]:
+    """Before each round: a queue of OPS rows for each side, settled."""
+
+    def before(r: int) -> None:
+        for side in ("a", "r", "p"):
+            raw.fill(f"{path}-{side}-{r}", value, OPS)
+        raw.settle()
+
+    return before
+
+
+def first_value(raw: Raw) -> bytes:
+    """The encoded message the fills use, and a row in a queue sorting after every
+    other: no side's inserts get SQLite's append-at-the-end shortcut that the last
+    queue of the table would."""
+    from deadletter.wire import codec, keys
+
+    value = codec.encode_one(app_message(FAILURE).replace(queued_at=datetime.now(UTC)))
+    raw.execute(raw.insert_sql, (keys.new_key("~after-all"), value))
+    return value
+
+
+def run_paths(
+    raw: Raw, app: AppSide, anchor: Anchor, make_row: Callable[[], list[dict[str, Any]]]
+) -> dict[str, dict[str, list[float]]]:
+    """park, take, drain and read-10 of one shape, each side by side in rounds."""
+    value = first_value(raw)
+    rounds = Rounds(ROUNDS, raw.settle if raw.vendor == "sqlite" else lambda: None)
+    results: dict[str, dict[str, list[float]]] = {}
+    if "park" in CHOSEN:
+        park = anchor.park("park-r", make_row)
+        results["park"] = rounds.run(
+            {
+                "app": app.park("park-a", False),
+                "raw": lambda r: timed(park, OPS),
+                "py": app.park("park-p", True),
+            }
+        )
+    if "take" in CHOSEN:
+        results["take"] = rounds.run(
+            {
+                "app": app.take("take-a", False),
+                "raw": lambda r: anchor.take(f"take-r-{r}"),
+                "py": app.take("take-p", True),
+            },
+            fill_round(raw, "take", value),
+        )
     if "drain" in CHOSEN:
-        anchor = raw_drain if vendor == "sqlite" else raw_claiming_drain
         results["drain"] = rounds.run(
-            {"app": app_drain(False, "a"), "raw": anchor, "py": app_drain(True, "p")},
-            fill_round("drain"),
+            {
+                "app": app.drain("drain-a", False),
+                "raw": lambda r: anchor.drain(f"drain-r-{r}"),
+                "py": app.drain("drain-p", True),
+            },
+            fill_round(raw, "drain", value),
         )
-
-    # --- read the oldest 10, decoded; dequeue alone; a scan --------------------------
-    fill("read", 10_000)
-    for side in ("a", "r", "p"):
-        fill(f"scan-{side}", SCAN_ROWS)
-    settle()
-
-    def app_read(python: bool) -> Callable[[int], float]:
-        return lambda r: timed(lambda: fetch_failed_msgs("read", limit=10), OPS, python)
-
-    def raw_read(r: int) -> float:
-        sql, bounds = raw.page_sql(True, 10), keys.queue_bounds("read")
-        return timed(lambda: [loads(v) for _k, v in execute(sql, bounds).fetchall()], OPS)
-
-    assert len(fetch_failed_msgs("read", limit=10)) == 10
     if "read-10" in CHOSEN:
+        raw.fill("read", value, 10_000)
+        raw.settle()
+        assert len(list(app.read_oldest("read", 10))) == 10  # type: ignore[call-overload]
+        read = anchor.read("read", 10)
         results["read-10"] = rounds.run(
-            {"app": app_read(False), "raw": raw_read, "py": app_read(True)}
+            {
+                "app": app.read("read", False),
+                "raw": lambda r: timed(read, OPS),
+                "py": app.read("read", True),
+            }
         )
+    return results
 
-    def keys_of(queue: str) -> list[bytes]:
-        return raw.keys_of(queue)
+
+def shared_shape(vendor: str, raw: Raw) -> dict[str, dict[str, list[float]]]:
+    """The queue on the default alias, the raw side mapping the user's failure to
+    Go's map and stamping it as the app does; with dequeue and scan."""
+    from deadletter.queue import dequeue, fetch_failed_msgs, iter_failed_msgs
+
+    def stamped_row() -> list[dict[str, Any]]:
+        return [raw_map(FAILURE, datetime.now(UTC).isoformat())]
+
+    results = run_paths(raw, AppSide(fetch_failed_msgs), Anchor(raw, raw_handle), stamped_row)
+    value = first_value(raw)
+    rounds = Rounds(ROUNDS, raw.settle if vendor == "sqlite" else lambda: None)
 
     def app_dequeue(python: bool, side: str) -> Callable[[int], float]:
         def run(r: int) -> float:
-            batch = iter(keys_of(f"dequeue-{side}-{r}"))
+            batch = iter(raw.keys_of(f"dequeue-{side}-{r}"))
             return timed(lambda: dequeue(next(batch)), OPS, python)
 
         return run
 
     def raw_dequeue(r: int) -> float:
-        batch = iter(keys_of(f"dequeue-r-{r}"))
-        delete = raw.delete_sql
+        batch, execute, delete = iter(raw.keys_of(f"dequeue-r-{r}")), raw.execute, raw.delete_sql
         return timed(lambda: execute(delete, (next(batch),)), OPS)
 
     if "dequeue" in CHOSEN:
         results["dequeue"] = rounds.run(
             {"app": app_dequeue(False, "a"), "raw": raw_dequeue, "py": app_dequeue(True, "p")},
-            fill_round("dequeue"),
+            fill_round(raw, "dequeue", value),
         )
 
     def app_scan(python: bool, side: str) -> Callable[[int], float]:
-        def run(r: int) -> float:
-            return timed(
-                lambda: _consume(iter_failed_msgs(f"scan-{side}", batch_size=SCAN_PAGE)), 1, python
-            )
-
-        return run
+        return lambda r: timed(
+            lambda: _consume(iter_failed_msgs(f"scan-{side}", batch_size=SCAN_PAGE)), 1, python
+        )
 
     def raw_scan(r: int) -> float:
-        low, high = keys.queue_bounds("scan-r")
+        low, high = keys_of_queue("scan-r")
+        execute, loads = raw.execute, Anchor(raw, None).loads
         first, after = raw.page_sql(True, SCAN_PAGE), raw.page_sql(False, SCAN_PAGE)
 
         def once() -> None:
@@ -407,27 +516,27 @@ def main() -> None:
         return timed(once, 1)
 
     if "scan" in CHOSEN:
+        for side in ("a", "r", "p"):
+            raw.fill(f"scan-{side}", value, SCAN_ROWS)
+        raw.settle()
         results["scan"] = rounds.run(
             {"app": app_scan(False, "a"), "raw": raw_scan, "py": app_scan(True, "p")}
         )
+    return results
 
-    # --- report ----------------------------------------------------------------------
-    print(
-        f"bench_limit on {describe(vendor, raw)}, {datetime.now(UTC):%Y-%m-%d %H:%M} UTC; "
-        f"{OPS:,} messages a round ({SCAN_ROWS:,} for scan), median of {ROUNDS} interleaved "
-        f"rounds [lowest-highest round]{'; BENCH_QUICK' if QUICK else ''}"
-    )
-    print(f"  message: {len(value)} bytes encoded; throughput ratio = raw time / app time")
-    if vendor == "postgresql":
-        print(
-            "  raw psycopg as Django's connection has it (client-side binding, nothing "
-            "prepared); the drain's anchor claims each row in its own transaction"
-        )
-    elif vendor == "mysql":
-        print("  the drain's anchor claims each row in its own transaction")
-    ops = {"scan": SCAN_ROWS, "read-10": OPS}
-    for path, times in results.items():
-        print(ratio_line(path, times, ops.get(path, OPS), goal[path]))
+
+def apart_shape(vendor: str, raw: Raw) -> dict[str, dict[str, list[float]]]:
+    """A site that keeps its dead letters apart: the queue on its own alias, read
+    through `iter_failed_msgs`; the raw side dumps a map built once (no mapping, no
+    stamping) and hands nothing to a handler."""
+    from deadletter.queue import iter_failed_msgs
+
+    row = [raw_map(FAILURE, datetime.now(UTC).isoformat())]
+
+    def oldest(queue: str, limit: int) -> list[Any]:
+        return list(iter_failed_msgs(queue, limit=limit))
+
+    return run_paths(raw, AppSide(oldest), Anchor(raw, None), lambda: row)
 
 
 def _consume(items: Any) -> None:

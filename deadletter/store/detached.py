@@ -171,10 +171,12 @@ def settle(connection: BaseDatabaseWrapper) -> None:
     if connection.in_atomic_block:
         return
     try:
-        if not connection.get_autocommit():
-            return
+        if connection.connection is None:
+            connection.ensure_connection()  # the driver's autocommit is known only then
     except DatabaseError:
         return  # the caller's own statement reports the database
+    if not connection.autocommit:
+        return
     if connection.__dict__.get(_PENDING):
         _transaction_ended(connection)
     if connection.vendor == "sqlite":

@@ -266,10 +266,12 @@ def recover(connection: BaseDatabaseWrapper) -> int:
     folder = directory(connection)
     if folder is None:
         return 0
+    if not os.access(folder, os.F_OK):
+        return 0  # the common case, asked without an exception: nothing was ever held back
     try:
         entries = [entry.path for entry in os.scandir(folder) if entry.name.endswith(NAMES)]
     except FileNotFoundError:
-        return 0  # the common case: nothing was ever held back
+        return 0
     written = 0
     for path in entries:
         try:

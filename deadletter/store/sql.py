@@ -7,13 +7,16 @@ queue's rules.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
+from django.core.signals import request_finished, request_started
 from django.db import DataError, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.backends.utils import CursorDebugWrapper
 
 from deadletter import signals
 from deadletter.conf import conf
@@ -192,28 +195,102 @@ def can_skip_locked(connection: BaseDatabaseWrapper) -> bool:
 
 
 def write(connection: BaseDatabaseWrapper, sql: str, params: Any) -> int:
-    """Run one write through Django's cursor (its execute wrappers and query log
-    see it), in a savepoint when the caller holds a transaction so a failed
-    statement does not poison it; in its own autocommit otherwise.
-    `PacketTooLarge` before anything is sent for one the server would refuse."""
+    """Run one write through Django's cursor (`cursor`), in a savepoint when the
+    caller holds a transaction so a failed statement does not poison it; in its
+    own autocommit otherwise. `PacketTooLarge` before anything is sent for one
+    the server would refuse."""
     if connection.vendor == "mysql":
         refuse_oversized(connection, sql, params)
     if connection.in_atomic_block:
         with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
             cursor.execute(sql, params)
             return cursor.rowcount
-    with connection.cursor() as cursor:
+    cursor = take_cursor(connection)
+    try:
         cursor.execute(sql, params)
-        return cursor.rowcount
+        count: int = cursor.rowcount
+    except BaseException:
+        _close(cursor)
+        raise
+    _keep(connection, cursor)
+    return count
 
 
 def read(connection: BaseDatabaseWrapper, sql: str, params: Any) -> list[tuple[Any, ...]]:
-    """All rows of one SELECT, through Django's cursor (a page of a scan is read
-    whole, so no cursor stays open while the caller works)."""
-    with connection.cursor() as cursor:
+    """All rows of one SELECT, through Django's cursor (`cursor`); a page of a
+    scan is read whole, so nothing stays open while the caller works."""
+    cursor = take_cursor(connection)
+    try:
         cursor.execute(sql, params)
         rows = cursor.fetchall()
+    except BaseException:
+        _close(cursor)
+        raise
+    _keep(connection, cursor)
     return rows if type(rows) is list else list(rows)
+
+
+_KEPT = "_deadletter_cursor"
+
+
+def take_cursor(connection: BaseDatabaseWrapper) -> Any:
+    """Django's cursor for one statement: `connection.cursor()`, or the one the
+    last statement on `connection` handed back, while it is still the cursor
+    `connection.cursor()` would make (the same database connection and query
+    logging, no event loop running, Django's health check and thread check
+    passed). A cursor costs about as much as a SQLite statement to make, and
+    what watches a statement (`execute_wrapper`, query logging, patches of
+    `CursorWrapper.execute`) sees it run on a kept one alike. None is kept
+    across a request's start or end (`drop_cursors`), so what instruments
+    `connection.cursor()` per request sees each request's statements."""
+    kept = connection.__dict__.pop(_KEPT, None)
+    if kept is not None:
+        raw, logged, cursor = kept
+        connection.close_if_health_check_failed()
+        connection.validate_thread_sharing()
+        fresh = raw is connection.connection and logged is bool(connection.queries_logged)
+        if fresh and not _loop_running():
+            return cursor
+        _close(cursor)
+    return connection.cursor()
+
+
+def _keep(connection: BaseDatabaseWrapper, cursor: Any) -> None:
+    """Hand `cursor` back for the next statement on `connection` (`take_cursor`)."""
+    if connection.__dict__.get(_KEPT) is None:
+        logged = isinstance(cursor, CursorDebugWrapper)
+        connection.__dict__[_KEPT] = (connection.connection, logged, cursor)
+    else:  # another statement ran inside this one (an execute wrapper's) and kept its own
+        _close(cursor)
+
+
+def drop_cursors(**kwargs: Any) -> None:
+    """Close the cursors this thread's connections keep; at a request's start and end."""
+    for connection in connections.all(initialized_only=True):
+        kept = connection.__dict__.pop(_KEPT, None)
+        if kept is not None:
+            _close(kept[2])
+
+
+request_started.connect(drop_cursors, dispatch_uid="deadletter.store.sql.started")
+request_finished.connect(drop_cursors, dispatch_uid="deadletter.store.sql.finished")
+
+
+def _loop_running() -> bool:
+    """Whether an event loop runs in this thread, where Django refuses a cursor
+    (`SynchronousOnlyOperation`): a kept one is not handed out there either."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+def _close(cursor: Any) -> None:
+    """Close a cursor whatever state its connection is in: on a connection gone,
+    MySQLdb's `close` raises too, which would hide the statement's own error."""
+    with contextlib.suppress(Exception):
+        cursor.close()
 
 
 def after_commit(connection: BaseDatabaseWrapper, signal: Any, **kwargs: Any) -> None:

@@ -260,3 +260,95 @@ def test_a_statement_on_a_connection_closed_under_django_fails_as_djangos_error(
             sql.write(connection, sql.statement(connection, "DELETE FROM {table}"), ())
     finally:
         connection.connection = None  # Django connects afresh for the next statement
+
+
+# --- the cursor a statement runs on ----------------------------------------------------
+
+
+def test_query_logging_turned_on_or_off_between_statements_is_followed_at_once(caplog) -> None:
+    def logged_after(debug: bool) -> bool:
+        connection.force_debug_cursor = debug
+        caplog.clear()
+        with caplog.at_level(logging.DEBUG, logger="django.db.backends"):
+            sql.read(connection, f"SELECT value FROM {TABLE}", ())
+        return any("SELECT value" in r.getMessage() for r in caplog.records)
+
+    try:
+        assert [logged_after(d) for d in (False, True, True, False, True)] == [
+            False,
+            True,
+            True,
+            False,
+            True,
+        ]
+    finally:
+        connection.force_debug_cursor = False
+
+
+def test_a_statement_run_inside_another_ones_execute_wrapper_leaves_both_their_rows() -> None:
+    sql.write(connection, INSERT, (b"q\x00outer", b"\x81"))
+    inner: list[list[tuple[object, ...]]] = []
+    depth = [0]
+
+    def nested(execute, sql_text, params, many, context):  # type: ignore[no-untyped-def]
+        result = execute(sql_text, params, many, context)
+        depth[0] += 1
+        if depth[0] == 1:
+            inner.append(sql.read(connection, f"SELECT {key} FROM {TABLE}", ()))
+        return result
+
+    key = connection.ops.quote_name("key")
+    with connection.execute_wrapper(nested):
+        outer = sql.read(connection, f"SELECT value FROM {TABLE}", ())
+    assert [bytes(v) for (v,) in outer] == [b"\x81"]
+    assert [[bytes(k) for (k,) in rows] for rows in inner] == [[b"q\x00outer"]]
+    assert [bytes(v) for (v,) in sql.read(connection, f"SELECT value FROM {TABLE}", ())] == [
+        b"\x81"
+    ]
+
+
+def test_a_statement_after_the_connection_was_closed_runs_on_the_new_one() -> None:
+    sql.write(connection, INSERT, (keys.new_key("q"), b"\x80"))
+    connection.close()
+    assert sql.read(connection, f"SELECT value FROM {TABLE}", ()) == [(b"\x80",)]
+
+
+def test_a_statement_inside_an_event_loop_is_refused_as_django_refuses_it() -> None:
+    import asyncio
+
+    from django.core.exceptions import SynchronousOnlyOperation
+
+    sql.read(connection, f"SELECT value FROM {TABLE}", ())  # a cursor to hand on, if any
+
+    async def inside() -> None:
+        sql.read(connection, f"SELECT value FROM {TABLE}", ())
+
+    with pytest.raises(SynchronousOnlyOperation):
+        asyncio.run(inside())
+
+
+def test_what_instruments_cursors_per_request_sees_the_statements_of_each_request() -> None:
+    """As django-debug-toolbar does: `connection.cursor` answers a cursor of its own
+    while a request is watched; a cursor made before that request is not used in it."""
+    from django.core.signals import request_finished, request_started
+
+    made: list[object] = []
+    plain = connection.cursor
+
+    def watched_cursor() -> object:
+        cursor = plain()
+        made.append(cursor)
+        return cursor
+
+    sql.read(connection, f"SELECT value FROM {TABLE}", ())
+    request_started.send(sender=None)
+    connection.cursor = watched_cursor  # type: ignore[method-assign]
+    try:
+        sql.read(connection, f"SELECT value FROM {TABLE}", ())
+        sql.write(connection, INSERT, (keys.new_key("q"), b""))
+    finally:
+        del connection.cursor
+    request_finished.send(sender=None)
+    assert len(made) == 1
+    sql.read(connection, f"SELECT value FROM {TABLE}", ())
+    assert len(made) == 1
