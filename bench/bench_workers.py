@@ -63,7 +63,7 @@ def main() -> None:
     from django.conf import settings
     from django.db import connection
 
-    from deadletter.drain import Drainer
+    from deadletter.drain import Drainer, DrainOptions
     from deadletter.models import QueuedMessage
     from deadletter.wire import codec, keys
     from deadletter.wire.gotime import GoTime
@@ -85,7 +85,7 @@ def main() -> None:
             batch_size=1000,
         )
         start = time.perf_counter()
-        report = Drainer([QUEUE], workers=workers).run()
+        report = Drainer([QUEUE], DrainOptions(workers=workers)).run()
         elapsed = time.perf_counter() - start
         assert report.delivered == ROWS and not rows.exists(), report
         return elapsed

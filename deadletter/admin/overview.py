@@ -169,9 +169,8 @@ def drain_page(model_admin: QueuedMessageAdmin, request: HttpRequest) -> HttpRes
         try:
             drainer = drain.Drainer(
                 [name] if name else None,
-                limit=form.cleaned_data["limit"],
+                drain.DrainOptions(limit=form.cleaned_data["limit"], budget=conf.ADMIN_TIME_BUDGET),
                 log_progress=False,
-                budget=conf.ADMIN_TIME_BUDGET,
             )
             report = drainer.run()
         except (drain.DrainConfigError, drain.DrainLocked) as exc:

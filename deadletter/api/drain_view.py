@@ -56,9 +56,11 @@ class QueueDrain(DeadletterView):
         try:
             drainer = drain.Drainer(
                 [name],
-                limit=asked.validated_data["limit"],
-                budget=conf.API_TIME_BUDGET,
-                ignore_backoff=asked.validated_data["ignore_backoff"],
+                drain.DrainOptions(
+                    limit=asked.validated_data["limit"],
+                    budget=conf.API_TIME_BUDGET,
+                    ignore_backoff=asked.validated_data["ignore_backoff"],
+                ),
             )
             report = drainer.run()
         except drain.DrainConfigError as exc:

@@ -7,12 +7,14 @@ returned, so a crash at any point hands the message in hand over again.
 
 One module a job: `handlers` (loading and checking them), `policy` (a
 queue's attempts limit, backoff and breaker), `outcomes` (the rules),
-`report` (a message's `Outcome`, the run's `DrainReport`), `locking`
-(SQLite's one drain per queue), `workers` (forked workers on PostgreSQL and
-MySQL/MariaDB), `run` (the `Drainer` loop, one pass), `service` (pass after
-pass, `--forever`), `stopping` (signals), `timeouts` (handlers under a time
-limit), `retry` (`redeliver`, the admin's "retry these") and `web` (views
-outside the request's transaction).
+`report` (a message's `Outcome`, the run's `DrainReport`), `delivery` (the
+one loop every path hands messages over through), `options` (what a run is
+asked to do), `locking` (SQLite's one drain per queue), `workers` (forked
+workers on PostgreSQL and MySQL/MariaDB), `run` (the `Drainer`, one pass),
+`service` (pass after pass, `--forever`), `stopping` (signals), `timeouts`
+(handlers under a time limit), `retry` (`redeliver`, the admin's "retry
+these": the loop fed by keys) and `web` (views outside the request's
+transaction).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from deadletter.drain.handlers import (
     load_handlers,
 )
 from deadletter.drain.locking import QueueLock
+from deadletter.drain.options import DrainOptions
 from deadletter.drain.outcomes import LAST_ERROR_LIMIT, deliver, last_error
 from deadletter.drain.policy import Policy, handler_path
 from deadletter.drain.report import DROP_REASONS, DrainReport, Outcome
@@ -52,6 +55,7 @@ __all__ = [
     "DrainAborted",
     "DrainConfigError",
     "DrainLocked",
+    "DrainOptions",
     "DrainReport",
     "Drainer",
     "Handler",

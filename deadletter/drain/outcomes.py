@@ -15,6 +15,7 @@ from deadletter.drain.policy import Policy, held_wait
 from deadletter.drain.report import Outcome
 from deadletter.drain.timeouts import HungHandlers, call_within
 from deadletter.exceptions import NeedsOperator, PermanentFailure
+from deadletter.queue.claims import dequeue_claimed, handler_savepoint
 from deadletter.queue.rows import ATTEMPTS_KEY, LAST_ERROR_KEY, DropReason
 from deadletter.wire import keys
 from deadletter.wire.messages import Message
@@ -41,7 +42,7 @@ def deliver(
     handler: Handler,
     *,
     max_attempts: int | None = None,
-    savepoint: bool = False,
+    claimed: bool = False,
     timeout: float | None = None,
     policy: Policy | None = None,
 ) -> Outcome:
@@ -61,10 +62,13 @@ def deliver(
 
     `policy` (the queue's) gives `max_attempts` and the backoff.
 
-    With `savepoint` the handler runs in a savepoint, so database writes of a
-    failing handler inside the caller's claim transaction are undone while
-    the failure is still recorded. A `BaseException` (`DrainAborted`) passes
-    through and leaves the row as it was.
+    With `claimed` (the caller holds the row in its claim transaction) the
+    handler runs under `handler_savepoint`, so database writes of a failing
+    handler are undone while the failure is still recorded, and a delivered
+    row is deleted in that transaction with no savepoint of its own: a
+    `DatabaseError` then passes through, for the caller's transaction to roll
+    the claim back. A `BaseException` (`DrainAborted`) passes through and
+    leaves the row as it was.
 
     With `timeout` (seconds) the handler runs in a thread of its own
     (`timeouts.call_within`) and one that has not returned by then is a failed
@@ -75,8 +79,8 @@ def deliver(
     try:
         if timeout is not None:
             result = call_within(handler, item.msg, timeout, key=item.key)
-        elif savepoint:
-            with queue.atomic():
+        elif claimed:
+            with handler_savepoint():
                 result = handler(item.msg)
         else:
             result = handler(item.msg)
@@ -103,7 +107,10 @@ def deliver(
             max_attempts = policy.max_attempts
         return _failed(item, exc, max_attempts, policy)
     if result is None:
-        queue.dequeue(item.key)
+        if claimed:
+            dequeue_claimed(item.key)
+        else:
+            queue.dequeue(item.key)
         return Outcome.DELIVERED
     remainder = result.replace(queued_at=item.msg.queued_at or result.queued_at)
     return _settle(item, Outcome.REQUEUED, lambda: queue.replace_msg(item.key, remainder))

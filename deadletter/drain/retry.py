@@ -1,5 +1,5 @@
-"""The admin's and the API's "retry these rows now": `redeliver`, with a drain's
-outcome rules and exclusion rules."""
+"""The admin's and the API's "retry these rows now": `redeliver`, the delivery loop
+(`delivery.Delivery`) fed by a list of keys instead of a queue's walk."""
 
 from __future__ import annotations
 
@@ -8,17 +8,42 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 
+from django.db import DatabaseError
+
 from deadletter import queue
+from deadletter.drain.delivery import SKIPPED, Delivery, Skip, Stop
 from deadletter.drain.handlers import load_handlers
 from deadletter.drain.locking import QueueLock
-from deadletter.drain.outcomes import deliver
 from deadletter.drain.report import DrainReport, Outcome
-from deadletter.drain.timeouts import HungHandlers, TimeLimit
+from deadletter.drain.timeouts import TimeLimit
+from deadletter.store import reconnect, sql
 from deadletter.wire import keys
 
 __all__ = ["redeliver"]
 
 logger = logging.getLogger("deadletter")
+
+
+class _Chosen:
+    """The chosen rows, oldest first, one a turn: a row that is gone (or, on a
+    server, that another drain holds) is `SKIPPED`."""
+
+    def __init__(self, row_keys: list[bytes], delivery: Delivery) -> None:
+        self._keys = row_keys
+        self._next = 0
+        self._delivery = delivery
+
+    def __call__(self) -> queue.Queued | Skip | None:
+        if self._next >= len(self._keys):
+            return None
+        key = self._keys[self._next]
+        self._next += 1
+        item = queue.fetch_msg(key, on_drop=self._delivery.dropped)
+        return SKIPPED if item is None else item
+
+    def left(self) -> int:
+        """The rows not taken yet."""
+        return len(self._keys) - self._next
 
 
 def redeliver(
@@ -33,62 +58,46 @@ def redeliver(
 
     It keeps to a drain's exclusion rules too: on SQLite it takes the queues'
     lock files (`DrainLocked` while a drain runs, unless `wait`); on
-    PostgreSQL it claims each row, and a row another drain holds is left to
-    it. A row that is gone, or held, is not counted. Raises `DrainConfigError`
-    for a queue without a usable handler, before touching any row.
+    PostgreSQL and MySQL/MariaDB it claims each row, and a row another drain
+    holds is left to it. A row that is gone, or held, is not counted. Raises
+    `DrainConfigError` for a queue without a usable handler, before touching
+    any row. An operator chose the rows, so no breaker stops them.
 
     With `deadline` (a `time.monotonic()` instant: a web request's budget) no
     row is handed over after it and a handler still running then is given up
     on, its row settled as a failed attempt; `report.unreached` counts the
-    rows it did not get to, and `report.stopped_by` says why. `on_outcome` hears
-    of each row handed over, with its outcome (the admin logs it).
+    rows it did not get to, and `report.stopped_by` says why. `on_outcome`
+    hears of each row handed over, with its outcome (the admin logs it).
     """
     selected = sorted({bytes(k) for k in row_keys})
     names = list(dict.fromkeys(keys.queue_of(k) for k in selected))
     handlers = load_handlers(names) if names else {}
-    limit = TimeLimit.within(deadline=deadline)
     report = DrainReport(queues=names)
-    claims = queue.can_claim_rows()
-    db_file = None if claims else queue.sqlite_file()
+    delivery = Delivery(
+        handlers=handlers,
+        report=report,
+        stop=Stop(),
+        limit=TimeLimit.within(deadline=deadline),
+        on_outcome=on_outcome,
+        breakers=False,
+    )
+    db_file = None if delivery.claims else queue.sqlite_file()
     started = time.monotonic()
     lock: contextlib.AbstractContextManager[object] = (
         QueueLock(db_file, names, wait=wait) if db_file and names else contextlib.nullcontext()
     )
-
-    def on_drop(dropped: queue.Dropped) -> None:
-        report.add(Outcome(str(dropped.reason)))
-
+    chosen = _Chosen(selected, delivery)
     with lock:
-        for index, key in enumerate(selected):
-            seconds = limit.seconds()
-            if seconds is not None and seconds <= 0:
-                report.stopped_by, report.unreached = "time budget", len(selected) - index
-                break
-            loaded = handlers[keys.queue_of(key)]
-            try:
-                if claims:
-                    with queue.atomic():
-                        item = queue.fetch_msg(key, on_drop=on_drop)
-                        if item is None:
-                            continue
-                        outcome = deliver(
-                            item,
-                            loaded.handler,
-                            savepoint=True,
-                            timeout=seconds,
-                            policy=loaded.policy,
-                        )
-                else:
-                    item = queue.fetch_msg(key, on_drop=on_drop)
-                    if item is None:
-                        continue
-                    outcome = deliver(item, loaded.handler, timeout=seconds, policy=loaded.policy)
-            except HungHandlers:
-                report.stopped_by, report.unreached = "hung handlers", len(selected) - index
-                break
-            report.add(outcome)
-            if on_outcome is not None:
-                on_outcome(key, outcome)
+        try:
+            untaken = delivery.hand_over(chosen)
+        except DatabaseError:
+            logger.exception("redeliver failed rows=%s", len(selected))
+            report.errors += 1
+            reconnect.close_if_lost(sql.connection())
+            delivery.stop("database error")
+            untaken = None
+    report.unreached = chosen.left() + (untaken is not None)
+    report.stopped_by = delivery.stop.reason if report.unreached else None
     report.elapsed = time.monotonic() - started
     logger.info(
         "redelivered rows=%s delivered=%s requeued=%s failed=%s dropped=%s unreached=%s",

@@ -1,5 +1,5 @@
-"""The run loop: `Drainer` walks each queue up to its tail as the run started and
-hands every message to `outcomes.deliver`.
+"""A drain run: `Drainer` walks each queue up to its tail as the run started and
+hands its messages over through the one delivery loop (`delivery.Delivery`).
 
 SQLite has no row locks: one drain per queue at a time (`locking.QueueLock`),
 rows read in pages with no transaction open, each outcome its own short
@@ -22,8 +22,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-import os
-import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
@@ -31,12 +29,13 @@ from datetime import UTC, datetime
 from django.db import DatabaseError
 
 from deadletter import queue
+from deadletter.drain.delivery import Delivery, Pace, Stop, Take
 from deadletter.drain.errors import DrainAborted, DrainConfigError
-from deadletter.drain.handlers import Loaded, load_handlers
+from deadletter.drain.handlers import load_handlers
 from deadletter.drain.locking import QueueLock
-from deadletter.drain.outcomes import deliver
+from deadletter.drain.options import DrainOptions
 from deadletter.drain.report import DrainReport, Outcome
-from deadletter.drain.timeouts import HungHandlers, TimeLimit, configured_handler_timeout
+from deadletter.drain.timeouts import TimeLimit, configured_handler_timeout
 from deadletter.drain.workers import Budget, Cursor, Guard, Worker, WorkerPool
 from deadletter.store import reconnect, sql
 
@@ -48,89 +47,65 @@ PROGRESS_EVERY = 5.0
 
 
 class Drainer:
-    """One drain run over `queues` (every configured queue by default).
+    """One drain run over `queues` (every configured queue by default), as
+    `options` (a `DrainOptions`) ask.
 
     Handlers and options are checked here, before any row is read, so a bad
     configuration raises `DrainConfigError` having touched nothing. `run()`
     returns a `DrainReport`; `stop()` (from a signal handler or another
-    thread) ends the run after the message in hand.
-
-    `budget` (seconds from `run()`) bounds a run started from the web: no
-    message is handed over after it, and a handler still running when it ends
-    is given up on (`DEADLETTER_HANDLER_TIMEOUT` applies either way). `grace`
-    is what the worker processes' `SignalGuard`s wait for the message in hand
-    after a stop signal. With `ignore_backoff` (an operator's "now") every
-    message goes in key order, waiting or not.
+    thread) ends the run after the message in hand. `on_outcome` hears of each
+    settled message (a progress bar); `log_progress` logs a line every
+    `PROGRESS_EVERY` seconds.
 
     With `workers` above 1 a run makes a `WorkerPool` and is its `Drain`: the
-    pool forks, and in each worker calls back `enlist` and `work`, which run
-    this class's claiming loop on the pool's shared cursors and budget.
+    pool forks, and in each worker calls back `enlist` and `work`, which hand
+    messages over on the pool's shared cursors and budget.
     """
 
     def __init__(
         self,
         queues: Sequence[str] | None = None,
+        options: DrainOptions | None = None,
         *,
-        limit: int | None = None,
-        rate: float | None = None,
-        workers: int = 1,
-        wait: bool = False,
-        batch_size: int = 500,
         on_outcome: Callable[[Outcome], None] | None = None,
         log_progress: bool = True,
-        budget: float | None = None,
-        grace: float | None = None,
-        ignore_backoff: bool = False,
     ) -> None:
-        if limit is not None and limit < 1:
-            raise DrainConfigError(f"limit must be at least 1, got {limit}")
-        if rate is not None and not rate > 0:
-            raise DrainConfigError(f"rate must be above 0 per second, got {rate}")
-        if workers < 1:
-            raise DrainConfigError(f"workers must be at least 1, got {workers}")
-        if budget is not None and not budget >= 0:
-            raise DrainConfigError(f"budget must be at least 0 seconds, got {budget}")
+        self.options = options = options or DrainOptions()
         handler_timeout = configured_handler_timeout()
         self.handlers = load_handlers(queues)
         self.queues = list(self.handlers)
         self.claims = queue.can_claim_rows()
-        if workers > 1 and not self.claims:
+        if options.workers > 1 and not self.claims:
             raise DrainConfigError(
-                f"--workers {workers} needs PostgreSQL or MySQL/MariaDB: "
+                f"--workers {options.workers} needs PostgreSQL or MySQL/MariaDB: "
                 f"{queue.database_vendor()} cannot lock single rows (no SELECT ... FOR UPDATE "
                 "SKIP LOCKED), so only one drain may walk a queue at a time; run one worker, "
                 "or move the queue to PostgreSQL, MariaDB >= 10.6 or MySQL >= 8.0.1 to scale out"
             )
-        self.limit = limit
-        self.rate = rate
-        self.workers = workers
-        self.wait = wait
-        self.batch_size = batch_size
-        self.budget = budget
-        self.grace = grace
-        self.ignore_backoff = ignore_backoff
-        self._limit = TimeLimit(handler_timeout)
         self.on_outcome = on_outcome
         self.log_progress = log_progress
-        self.stopped_by: str | None = None
-        self._stop = threading.Event()
+        self._timeout = handler_timeout
+        self._stop = Stop()
+        self._pace = self._new_pace()
         self._until: dict[str, bytes | None] = {}
         self._guard = Guard()  # no lock: one process (a worker's cursors come with theirs)
         self._cursors: dict[str, Cursor] = {}
-        self._budget = Budget(limit, self._guard)
+        self._budget = Budget(options.limit, self._guard)
         self._worker: Worker | None = None
-        self._next_at = 0.0
         self._progress_at = 0.0
+        self._deadline: float | None = None
         self._pass_start = datetime.now(UTC)
-        self._failures_in_row: dict[str, int] = {}
 
     # -- control
 
+    @property
+    def stopped_by(self) -> str | None:
+        """Why the run was stopped ("stop", "time budget", "hung handlers", ...), or None."""
+        return self._stop.reason
+
     def stop(self, reason: str = "stop") -> None:
         """End the run after the message in hand (its row is settled first)."""
-        if not self._stop.is_set():
-            self.stopped_by = reason
-            self._stop.set()
+        self._stop(reason)
 
     def stopping(self) -> bool:
         """Whether the run was asked to stop (a pool passes it on to its workers)."""
@@ -174,12 +149,12 @@ class Drainer:
     def preview(self) -> Iterator[tuple[str, str, queue.Preview]]:
         """(queue, handler path, preview) for what a run would do, reading only;
         `limit` counts the messages that would be handed over."""
-        left = self.limit
+        left = self.options.limit
         now = datetime.now(UTC)
         for name in self.queues:
             path = self.handlers[name].path
-            held = {} if self.ignore_backoff else dict(queue.waiting_keys(name, now, None))
-            for item in queue.preview_failed_msgs(name, batch_size=self.batch_size):
+            held = {} if self.options.ignore_backoff else dict(queue.waiting_keys(name, now, None))
+            for item in queue.preview_failed_msgs(name, batch_size=self.options.batch_size):
                 if item.verdict == "deliver" and item.key in held:
                     yield (
                         name,
@@ -198,24 +173,23 @@ class Drainer:
     def run(self) -> DrainReport:
         """One pass over the queues, up to each one's tail as the pass began; again
         and again from `drain.service`, each pass from a fresh start."""
-        report = DrainReport(queues=list(self.queues), workers=self.workers)
-        self._budget = Budget(self.limit, self._guard)
+        options = self.options
+        report = DrainReport(queues=list(self.queues), workers=options.workers)
+        self._budget = Budget(options.limit, self._guard)
         self._cursors = {}
         self._until = {}
-        self._failures_in_row = {}
         started = time.monotonic()
         self._progress_at = started + PROGRESS_EVERY
-        if self.budget is not None:
-            self._limit = TimeLimit(self._limit.timeout, started + self.budget)
+        self._deadline = None if options.budget is None else started + options.budget
         logger.info(
             "drain started queues=%s workers=%s limit=%s rate=%s",
             ",".join(self.queues),
-            self.workers,
-            self.limit,
-            self.rate,
+            options.workers,
+            options.limit,
+            options.rate,
         )
         try:
-            if self.workers > 1:
+            if options.workers > 1:
                 self._run_workers(report)
             else:
                 with self._queue_lock():
@@ -260,8 +234,13 @@ class Drainer:
         tails noted here, before the fork."""
         if not self._snapshot(report):
             return
+        options = self.options
         pool = WorkerPool(
-            self, queues=self.queues, workers=self.workers, limit=self.limit, grace=self.grace
+            self,
+            queues=self.queues,
+            workers=options.workers,
+            limit=options.limit,
+            grace=options.grace,
         )
         pool.run(report)
 
@@ -271,19 +250,51 @@ class Drainer:
         """Become one worker of the pool, in the forked process: stop and pacing
         start afresh, claims go through the pool's shared cursors and budget,
         outcomes to the parent over the worker's pipe."""
-        self._stop = threading.Event()
-        self.stopped_by = None
+        self._stop = Stop()
+        self._pace = self._new_pace()
         self._worker = worker
         self._cursors = worker.cursors
         self._budget = worker.budget
-        self._next_at = 0.0
 
     def work(self, report: DrainReport) -> None:
-        """A worker's share of the run: `_run_here` with the parent's snapshot of
-        each queue's tail, checking for a stop (or a lost parent) between queues."""
-        self._drain_queues(report, self._may_go_on)
+        """A worker's share of the run: each queue up to the parent's snapshot of
+        its tail, checking for a stop (or a lost parent) between queues."""
+        self._drain_queues(self._delivery(report))
 
-    # -- the loops
+    def notify(self, outcome: Outcome) -> None:
+        """One settled message, to `on_outcome`: in a worker by way of the
+        parent, whose pool calls this again there with what the worker sent."""
+        if self._worker is not None:
+            self._worker.report_outcome(outcome)
+        elif self.on_outcome is not None:
+            self.on_outcome(outcome)
+
+    # -- the passes
+
+    def _new_pace(self) -> Pace | None:
+        rate = self.options.rate
+        return None if rate is None else Pace(rate, self.options.workers, self._stop)
+
+    def _delivery(self, report: DrainReport) -> Delivery:
+        """This run's loop: its stop, time limit, budget and pace; outcomes to
+        `notify` (and the progress line)."""
+        worker = self._worker
+
+        def settled(key: bytes, outcome: Outcome) -> None:
+            self.notify(outcome)
+            self._log_progress(report)
+
+        return Delivery(
+            handlers=self.handlers,
+            report=report,
+            stop=self._stop,
+            limit=TimeLimit(self._timeout, self._deadline),
+            budget=self._budget,
+            pace=self._pace,
+            on_outcome=settled,
+            on_drop=self.notify,
+            orphaned=None if worker is None else worker.orphaned,
+        )
 
     def _snapshot(self, report: DrainReport) -> bool:
         """Note each queue's newest key (the run stops there), the pass's start (a
@@ -311,223 +322,103 @@ class Drainer:
         db_file = None if self.claims else queue.sqlite_file()
         if db_file is None:
             return contextlib.nullcontext()
-        return QueueLock(db_file, self.queues, wait=self.wait, stop=self._stop)
+        return QueueLock(db_file, self.queues, wait=self.options.wait, stop=self._stop)
 
     def _run_here(self, report: DrainReport) -> None:
-        if not self._snapshot(report):
-            return
-        self._drain_queues(report, lambda: not self._stop.is_set())
+        if self._snapshot(report):
+            self._drain_queues(self._delivery(report))
 
-    def _drain_queues(self, report: DrainReport, go_on: Callable[[], bool]) -> None:
-        """Each queue in turn up to the tail `_snapshot` noted, asking `go_on`
-        before each; a database error ends that queue's turn, counted."""
+    def _drain_queues(self, delivery: Delivery) -> None:
+        """Each queue in turn up to the tail `_snapshot` noted: its messages no
+        backoff holds, then its due retries; a database error ends that queue's
+        turn, counted."""
         for name in self.queues:
-            if not go_on():
+            if not delivery.go_on():
                 return
             until = self._until.get(name)
             if until is None:
                 continue
-            loaded = self.handlers[name]
-            due_now = not self.ignore_backoff
+            due_now = not self.options.ignore_backoff
             try:
-                if self.claims:
-                    self._drain_claiming(name, loaded, until, report, due_now)
-                    if due_now:
-                        self._drain_claiming_retries(name, loaded, until, report)
-                else:
-                    on_drop = self._counting_drops(report)
-                    fresh = queue.iter_failed_msgs(
-                        name, batch_size=self.batch_size, on_drop=on_drop, due_now=due_now
-                    )
-                    self._drain_scanning(name, loaded, until, report, fresh)
-                    if not due_now:
-                        continue
-                    retries = queue.due_retries(
-                        name,
-                        self._pass_start,
-                        until=until,
-                        batch_size=self.batch_size,
-                        on_drop=on_drop,
-                    )
-                    self._drain_scanning(name, loaded, until, report, retries)
+                delivery.hand_over(self._fresh(name, until, due_now, delivery), name)
+                if due_now:
+                    delivery.hand_over(self._retries(name, until, delivery), name)
             except DatabaseError:
                 logger.exception("drain of a queue failed queue=%s", name)
-                report.errors += 1
+                delivery.report.errors += 1
                 self._close_if_lost()
 
-    def _drain_scanning(
-        self,
-        name: str,
-        loaded: Loaded,
-        until: bytes,
-        report: DrainReport,
-        items: Iterator[queue.Queued],
-    ) -> None:
-        for item in items:
-            if item.key > until or not self._may_go_on(name, report):
-                return
-            if not self._budget.take():
-                return
-            self._pace()
-            seconds = self._handler_time()
-            if self._stop.is_set():
-                return
-            try:
-                outcome = deliver(item, loaded.handler, timeout=seconds, policy=loaded.policy)
-            except HungHandlers:
-                self.stop("hung handlers")
-                return
-            self._record(report, outcome, name)
-
-    def _drain_claiming(
-        self, name: str, loaded: Loaded, until: bytes, report: DrainReport, due_now: bool
-    ) -> None:
+    def _fresh(self, name: str, until: bytes, due_now: bool, delivery: Delivery) -> Take:
+        """The queue's messages in key order (with `due_now`, those no backoff
+        holds): claimed past the run's shared cursor on a server, so no two
+        workers take one; read in pages on SQLite."""
+        if not self.claims:
+            return _up_to(
+                until,
+                queue.iter_failed_msgs(
+                    name,
+                    batch_size=self.options.batch_size,
+                    on_drop=delivery.dropped,
+                    due_now=due_now,
+                ),
+            )
         cursor = self._cursors.setdefault(name, Cursor(self._guard))
-        on_drop = self._counting_drops(report)
 
-        def take(after: bytes | None) -> queue.Queued | None:
+        def claim(after: bytes | None) -> queue.Queued | None:
             return queue.claim_failed_msg(
-                name, after=after, until=until, on_drop=on_drop, due_now=due_now
+                name, after=after, until=until, on_drop=delivery.dropped, due_now=due_now
             )
 
-        self._claim_loop(name, loaded, report, lambda: cursor.claim(take))
+        return lambda: cursor.claim(claim)
 
-    def _drain_claiming_retries(
-        self, name: str, loaded: Loaded, until: bytes, report: DrainReport
-    ) -> None:
-        """The due retries, each claimed past this worker's own cursor: a retry
-        another worker handled has left the set (delivered, or due after the pass began)."""
-        on_drop = self._counting_drops(report)
+    def _retries(self, name: str, until: bytes, delivery: Delivery) -> Take:
+        """The retries whose backoff ended before the pass began, soonest due
+        first; on a server each claimed past this worker's own cursor (a retry
+        another worker handled has left the set: delivered, or due after the pass
+        began)."""
+        if not self.claims:
+            return _up_to(
+                until,
+                queue.due_retries(
+                    name,
+                    self._pass_start,
+                    until=until,
+                    batch_size=self.options.batch_size,
+                    on_drop=delivery.dropped,
+                ),
+            )
         after: queue.RetryCursor | None = None
 
         def take() -> queue.Queued | None:
             nonlocal after
             item, after = queue.claim_due_retry(
-                name, self._pass_start, after=after, until=until, on_drop=on_drop
+                name, self._pass_start, after=after, until=until, on_drop=delivery.dropped
             )
             return item
 
-        self._claim_loop(name, loaded, report, take)
+        return take
 
-    def _claim_loop(
-        self,
-        name: str,
-        loaded: Loaded,
-        report: DrainReport,
-        claim: Callable[[], queue.Queued | None],
-    ) -> None:
-        while self._may_go_on(name, report):
-            if not self._budget.take():
-                return
-            self._pace()
-            if self._stop.is_set():
-                self._budget.give_back()
-                return
-            try:
-                with queue.atomic():
-                    item = claim()
-                    seconds = self._handler_time()
-                    if item is None or self._stop.is_set():
-                        self._budget.give_back()
-                        return
-                    outcome = deliver(
-                        item,
-                        loaded.handler,
-                        savepoint=True,
-                        timeout=seconds,
-                        policy=loaded.policy,
-                    )
-            except HungHandlers:
-                self._budget.give_back()
-                self.stop("hung handlers")
-                return
-            self._record(report, outcome, name)
-
-    def _may_go_on(self, name: str | None = None, report: DrainReport | None = None) -> bool:
-        """Whether to hand over another message (of queue `name`: not once its
-        breaker stopped it for this pass)."""
-        if self._stop.is_set():
-            return False
-        if report is not None and name in report.paused:
-            return False
-        if self._limit.spent():
-            self.stop("time budget")
-            return False
-        if self._worker is not None and self._worker.orphaned():
-            logger.warning("drain worker lost its parent; stopping pid=%s", os.getpid())
-            self.stop("parent gone")
-            return False
-        return True
-
-    def _handler_time(self) -> float | None:
-        """The next handler's time limit (None: inline); a spent budget stops the run."""
-        seconds = self._limit.seconds()
-        if seconds is not None and seconds <= 0:
-            self.stop("time budget")
-        return seconds
-
-    def _pace(self) -> None:
-        """Hold deliveries to `rate` per second (split among the workers)."""
-        if self.rate is None:
+    def _log_progress(self, report: DrainReport) -> None:
+        if not self.log_progress or self._worker is not None:
             return
         now = time.monotonic()
-        if self._next_at > now:
-            self._stop.wait(self._next_at - now)
-            now = time.monotonic()
-        self._next_at = max(self._next_at, now) + self.workers / self.rate
+        if now >= self._progress_at:
+            self._progress_at = now + PROGRESS_EVERY
+            logger.info(
+                "drain progress handled=%s delivered=%s requeued=%s failed=%s dropped=%s",
+                report.handled,
+                report.delivered,
+                report.requeued,
+                report.failed,
+                sum(report.dropped.values()),
+            )
 
-    def _record(self, report: DrainReport, outcome: Outcome, name: str) -> None:
-        report.add(outcome)
-        self.notify(outcome)
-        self._count_for_breaker(report, outcome, name)
-        if self._limit.spent():  # the budget ran out on this message: say so
-            self.stop("time budget")
-        if self.log_progress and self._worker is None:
-            now = time.monotonic()
-            if now >= self._progress_at:
-                self._progress_at = now + PROGRESS_EVERY
-                logger.info(
-                    "drain progress handled=%s delivered=%s requeued=%s failed=%s dropped=%s",
-                    report.handled,
-                    report.delivered,
-                    report.requeued,
-                    report.failed,
-                    sum(report.dropped.values()),
-                )
 
-    def _count_for_breaker(self, report: DrainReport, outcome: Outcome, name: str) -> None:
-        """K failed attempts in a row (K the queue's breaker) stop the queue for the
-        rest of the pass; a delivery starts the count again."""
-        breaker = self.handlers[name].policy.breaker
-        if breaker is None:
-            return
-        if outcome in (Outcome.FAILED, Outcome.MAX_ATTEMPTS):
-            self._failures_in_row[name] = failures = self._failures_in_row.get(name, 0) + 1
-            if failures >= breaker:
-                report.pause(name)
-                logger.warning(
-                    "queue paused for the rest of the pass queue=%s failures_in_a_row=%s",
-                    name,
-                    failures,
-                )
-        elif outcome in (Outcome.DELIVERED, Outcome.REQUEUED):
-            self._failures_in_row[name] = 0
+def _up_to(until: bytes, items: Iterator[queue.Queued]) -> Take:
+    """A source of `items` that ends at the first key past `until`."""
 
-    def notify(self, outcome: Outcome) -> None:
-        """One settled message, to `on_outcome`: in a worker by way of the
-        parent, whose pool calls this again there with what the worker sent."""
-        if self._worker is not None:
-            self._worker.report_outcome(outcome)
-        elif self.on_outcome is not None:
-            self.on_outcome(outcome)
+    def take() -> queue.Queued | None:
+        item = next(items, None)
+        return item if item is not None and item.key <= until else None
 
-    def _counting_drops(self, report: DrainReport) -> queue.OnDrop:
-        """What the queue drops on the way (expired, corrupt) counts in the report
-        once the drop has committed; the drain's own drops count by outcome."""
-
-        def on_drop(dropped: queue.Dropped) -> None:
-            outcome = Outcome(str(dropped.reason))
-            report.add(outcome)
-            self.notify(outcome)
-
-        return on_drop
+    return take

@@ -15,7 +15,7 @@ import time_machine
 from django.core.management import CommandError, call_command
 
 from deadletter import NeedsOperator, drain
-from deadletter.drain import Drainer
+from deadletter.drain import Drainer, DrainOptions
 from deadletter.drain.policy import HELD_WAIT, JITTER
 from deadletter.models import QueuedMessage, QueuePass
 from deadletter.wire.messages import Message
@@ -203,7 +203,7 @@ def test_an_operators_drain_can_ignore_the_backoff(settings: Any) -> None:
         Drainer().run()
     calls.clear()
     with at(10):
-        assert Drainer(ignore_backoff=True).run().failed == 1
+        assert Drainer(options=DrainOptions(ignore_backoff=True)).run().failed == 1
     assert calls == ["m"]
 
 

@@ -18,6 +18,7 @@ from deadletter.drain import (
     DrainConfigError,
     Drainer,
     DrainLocked,
+    DrainOptions,
     DrainReport,
     Outcome,
     QueueLock,
@@ -81,8 +82,8 @@ def row(key: bytes) -> Message | None:
     return None if found is None else codec.decode(bytes(found))[0]
 
 
-def drain(**kw: Any) -> Any:
-    return Drainer(**kw).run()
+def drain(queues: list[str] | None = None, **kw: Any) -> Any:
+    return Drainer(queues, DrainOptions(**kw)).run()
 
 
 @pytest.fixture
@@ -421,7 +422,7 @@ def test_limit_caps_the_messages_handed_over() -> None:
 
 def test_rate_holds_back_the_next_delivery_until_a_stop_ends_the_pause() -> None:
     park("one", "two")
-    drainer = Drainer(rate=0.001)  # one per 1,000 s: "two" would wait that long
+    drainer = Drainer(options=DrainOptions(rate=0.001))  # one per 1,000 s: "two" would wait
     behaviour["one"] = lambda m: threading.Timer(0.2, drainer.stop, ("test",)).start()
     report = drainer.run()
     assert [m.subject for m in calls] == ["one"]
@@ -469,7 +470,7 @@ def test_workers_above_one_are_refused_on_sqlite() -> None:
     if connection.vendor != "sqlite":
         pytest.skip("SQLite rule")
     with pytest.raises(DrainConfigError, match="needs PostgreSQL"):
-        Drainer(workers=2)
+        Drainer(options=DrainOptions(workers=2))
 
 
 # --- SQLite: one drain per queue, no write lock during a handler ---------------------
@@ -520,7 +521,7 @@ def test_a_drain_with_wait_runs_once_the_other_finishes() -> None:
     park("one")
     lock = QueueLock(sqlite_file(), ["q"])
     with lock:
-        waiting = Drainer(wait=True)
+        waiting = Drainer(options=DrainOptions(wait=True))
         result: list[Any] = []
         thread = threading.Thread(target=lambda: result.append(waiting.run()))
         thread.start()

@@ -17,7 +17,7 @@ from django.db import connection, connections
 
 from deadletter import drain
 from deadletter.checks import check_time_limits
-from deadletter.drain import DrainConfigError, Drainer, Outcome, redeliver, timeouts
+from deadletter.drain import DrainConfigError, Drainer, DrainOptions, Outcome, redeliver, timeouts
 from deadletter.models import QueuedMessage
 from deadletter.queue import fetch_failed_msgs
 from deadletter.wire.messages import Message
@@ -130,7 +130,7 @@ def test_a_bad_handler_timeout_refuses_to_start_before_touching_any_row(
 
 def test_a_drain_with_no_budget_left_hands_nothing_over() -> None:
     park("one")
-    report = Drainer(budget=0).run()
+    report = Drainer(options=DrainOptions(budget=0)).run()
     assert (report.handled, report.stopped_by) == (0, "time budget")
     assert parked() == ["one"]
 
@@ -138,7 +138,7 @@ def test_a_drain_with_no_budget_left_hands_nothing_over() -> None:
 def test_a_budget_gives_the_handler_what_is_left_of_it() -> None:
     park("hangs", "next")
     started = time.monotonic()
-    report = Drainer(budget=0.5).run()
+    report = Drainer(options=DrainOptions(budget=0.5)).run()
     assert time.monotonic() - started < 30  # the handler would hang 60 s
     assert (report.failed, report.stopped_by) == (1, "time budget")
     assert parked() == ["hangs", "next"]

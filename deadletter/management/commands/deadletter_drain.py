@@ -35,6 +35,7 @@ from deadletter.drain import (
     DrainConfigError,
     Drainer,
     DrainLocked,
+    DrainOptions,
     DrainReport,
     Outcome,
     SignalGuard,
@@ -178,12 +179,14 @@ class Command(DatabaseCommand):
         try:
             drainer = Drainer(
                 options["queues"],
-                limit=options["limit"],
-                rate=options["rate"],
-                workers=options["workers"],
-                wait=options["wait"],
+                DrainOptions(
+                    limit=options["limit"],
+                    rate=options["rate"],
+                    workers=options["workers"],
+                    wait=options["wait"],
+                    grace=options["grace"],
+                ),
                 log_progress=not bar,
-                grace=options["grace"],
             )
         except DrainConfigError as exc:
             raise CommandError(str(exc), returncode=2) from exc
