@@ -12,58 +12,34 @@ cannot hold (a wall clock in year 0, an offset of ±24:00) are `GoOnlyTime`s.
 from __future__ import annotations
 
 import contextlib
-import re
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta, timezone, tzinfo
 from typing import Any
 
+from deadletter.wire import gotext
+from deadletter.wire.gotext import (
+    FRACTION_SCALE,
+    SECONDS_OF_MINUTE_SECOND,
+    VALUE_OF,
+    canonical,
+    duration_ns,
+    epoch_ns,
+    hour_of_canonical,
+    known_hour,
+    known_offset,
+    parse_zone,
+    utc_datetime,
+)
+
 __all__ = ["GoOnlyTime", "GoTime", "duration_ns", "epoch_ns", "utc_datetime"]
 
-_NS = 1_000_000_000
-_DAY = 86_400
+_NS = gotext.NS
+_DAY = gotext.DAY
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _WALL_EPOCH = datetime(1970, 1, 1)
 _GO_ZERO_NS = -62_135_596_800 * _NS  # 0001-01-01T00:00:00Z, Go's zero time.Time
-_FRACTION_SCALE = tuple(10 ** (9 - digits) for digits in range(10))
-_DAYS_IN_MONTH = (0, 31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
-
-_RFC3339 = re.compile(
-    r"(\d{4}-\d\d-\d\d)T(\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))?(?:Z|([+-]\d\d:\d\d))",
-    re.ASCII,
-)
-# Exactly the text `format()` writes: a real calendar date (Feb 29 only in
-# leap years), a time of day, a fraction without trailing zeros, 'Z' for
-# offset 0 and ±hh:mm otherwise, within Go's offset bounds. Such text is kept
-# as it came; anything else goes through `_RFC3339` and is checked there.
-_CANONICAL_DATE = (
-    r"(?:\d{4}-(?:(?:0[1-9]|1[0-2])-(?:0[1-9]|1\d|2[0-8])"
-    r"|(?:0[13-9]|1[0-2])-(?:29|30)"
-    r"|(?:0[13578]|1[02])-31)"
-    r"|(?:\d\d(?:0[48]|[2468][048]|[13579][26])|(?:[02468][048]|[13579][26])00)-02-29)"
-)
-_CANONICAL_TAIL = (
-    r":[0-5]\d:[0-5]\d(?:\.\d{0,8}[1-9])?"
-    r"(?:Z|[+-](?:(?:0[1-9]|1\d|2[0-4]):[0-5]\d|00:(?:0[1-9]|[1-5]\d)))"
-)
-_canonical = re.compile(
-    _CANONICAL_DATE + r"T(?:[01]\d|2[0-3])" + _CANONICAL_TAIL, re.ASCII
-).fullmatch
-_TWO_DIGITS = tuple(f"{number:02d}" for number in range(100))
-_VALUE_OF = {text: number for number, text in enumerate(_TWO_DIGITS)}
-_SECONDS_OF_MINUTE_SECOND = {
-    f"{minute:02d}:{second:02d}": minute * 60 + second
-    for minute in range(60)
-    for second in range(60)
-}
-
-# Times in one queue share few dates and offsets: their text is computed once.
 _CACHE_LIMIT = 4096
-_days_of_date: dict[str, int] = {}
-_date_of_days: dict[int, str] = {}
-_offset_of_zone: dict[str, int] = {}
-_seconds_of_hour: dict[str, int] = {}
-_zone_of_offset: dict[int, str] = {}
 _zones: dict[int, timezone] = {0: UTC}
 
 _datetime_new = datetime.__new__
@@ -425,7 +401,7 @@ def from_go_text(text: str) -> GoTime | GoOnlyTime:
         made = _c_parse(text)
         if made is not None:
             return made
-    if _canonical(text) is None:
+    if canonical(text) is None:
         return _parse_any(text)
     year = int(text[:4])
     if text[-1] == "Z":
@@ -433,55 +409,39 @@ def from_go_text(text: str) -> GoTime | GoOnlyTime:
         fraction = text[20:-1]
     else:
         zone = text[-6:]
-        cached = _offset_of_zone.get(zone)
-        offset = _parse_zone(zone) if cached is None else cached
+        cached = known_offset(zone)
+        offset = parse_zone(zone) if cached is None else cached
         fraction = text[20:-6]
     if year == 0 or not -_DAY < offset < _DAY:
-        unix_ns, offset, _ = _instant(text)
+        unix_ns, offset = gotext.instant(text)
         return GoOnlyTime(unix_ns, offset, text)
-    wall = _seconds_of_hour.get(text[:13])
+    wall = known_hour(text[:13])
     if wall is None:
-        wall = _hour_of_canonical(text)
-    nanos = int(fraction) * _FRACTION_SCALE[len(fraction)] if fraction else 0
+        wall = hour_of_canonical(text)
+    nanos = int(fraction) * FRACTION_SCALE[len(fraction)] if fraction else 0
     zone_info = _zones.get(offset)
     if zone_info is None:
         zone_info = _zone(offset)
     result = _datetime_new(
         GoTime,
         year,
-        _VALUE_OF[text[5:7]],
-        _VALUE_OF[text[8:10]],
-        _VALUE_OF[text[11:13]],
-        _VALUE_OF[text[14:16]],
-        _VALUE_OF[text[17:19]],
+        VALUE_OF[text[5:7]],
+        VALUE_OF[text[8:10]],
+        VALUE_OF[text[11:13]],
+        VALUE_OF[text[14:16]],
+        VALUE_OF[text[17:19]],
         nanos // 1000,
         zone_info,
     )
-    _set_unix_ns(result, (wall + _SECONDS_OF_MINUTE_SECOND[text[14:19]] - offset) * _NS + nanos)
+    _set_unix_ns(result, (wall + SECONDS_OF_MINUTE_SECOND[text[14:19]] - offset) * _NS + nanos)
     _set_text(result, text)
     return result
 
 
 def _parse_any(text: str) -> GoTime | GoOnlyTime:
     """Any RFC 3339 text Go's parser reads; written back later in Go's canonical form."""
-    match = _RFC3339.fullmatch(text)
-    if match is None:
-        raise ValueError(f"not an RFC 3339 time as Go writes it: {text!r}")
-    date, hour_s, minute_s, second_s, fraction, zone = match.groups()
-    days = _days_of_date.get(date)
-    if days is None:
-        days = _parse_date(date)
-    hour, minute, second = _VALUE_OF[hour_s], _VALUE_OF[minute_s], _VALUE_OF[second_s]
-    if hour > 23 or minute > 59 or second > 59:
-        raise ValueError(f"time of day out of range: {text!r}")
-    if zone is None:
-        offset = 0
-    else:
-        cached = _offset_of_zone.get(zone)
-        offset = _parse_zone(zone) if cached is None else cached
-    wall = days * _DAY + hour * 3600 + minute * 60 + second
-    nanos = int(fraction) * _FRACTION_SCALE[len(fraction)] if fraction else 0
-    return _from_instant((wall - offset) * _NS + nanos, offset)
+    unix_ns, offset = gotext.parse(text)
+    return _from_instant(unix_ns, offset)
 
 
 def _format(unix_ns: int, offset: int) -> str:
@@ -489,173 +449,15 @@ def _format(unix_ns: int, offset: int) -> str:
         text = _c_format(unix_ns, offset)
         if text is not None:
             return text
-    seconds, nanos = divmod(unix_ns, _NS)
-    days, second_of_day = divmod(seconds + offset, _DAY)
-    date = _date_of_days.get(days)
-    if date is None:
-        date = _format_date(days)
-    hour, rest = divmod(second_of_day, 3600)
-    minute, second = divmod(rest, 60)
-    text = f"{date}T{_TWO_DIGITS[hour]}:{_TWO_DIGITS[minute]}:{_TWO_DIGITS[second]}"
-    if nanos:
-        text = f"{text}.{nanos:09d}".rstrip("0")
-    zone = _zone_of_offset.get(offset)
-    if zone is None:
-        zone = _format_zone(offset)
-    return text + zone
-
-
-def _instant(text: str) -> tuple[int, int, str]:
-    """`(unix_ns, offset, text)` of canonical `text`."""
-    wall = _seconds_of_hour.get(text[:13])
-    if wall is None:
-        wall = _hour_of_canonical(text)
-    wall += _SECONDS_OF_MINUTE_SECOND[text[14:19]]
-    size = len(text)
-    if text[-1] == "Z":
-        offset = 0
-        ns = wall * _NS
-        if size != 20:
-            ns += int(text[20:-1]) * _FRACTION_SCALE[size - 21]
-    else:
-        zone = text[-6:]
-        offset = _offset_of_zone.get(zone)  # type: ignore[assignment]
-        if offset is None:
-            offset = _parse_zone(zone)
-        ns = (wall - offset) * _NS
-        if size != 25:
-            ns += int(text[20:-6]) * _FRACTION_SCALE[size - 26]
-    return ns, offset, text
-
-
-def _hour_of_canonical(text: str) -> int:
-    """Wall-clock seconds since the epoch at the start of the hour `text[:13]` names."""
-    date = text[:10]
-    days = _days_of_date.get(date)
-    if days is None:
-        days = _days_from_civil(int(text[:4]), _VALUE_OF[text[5:7]], _VALUE_OF[text[8:10]])
-        _remember(_days_of_date, date, days)
-    wall = days * _DAY + _VALUE_OF[text[11:13]] * 3600
-    _remember(_seconds_of_hour, text[:13], wall)
-    return wall
+    return gotext.format_text(unix_ns, offset)
 
 
 def _zone(offset: int) -> timezone:
     zone = UTC if offset == 0 else timezone(timedelta(seconds=offset))
-    _remember(_zones, offset, zone)
+    if len(_zones) >= _CACHE_LIMIT:
+        _zones.clear()
+    _zones[offset] = zone
     return zone
-
-
-def _parse_date(date: str) -> int:
-    year, month, day = int(date[:4]), _VALUE_OF[date[5:7]], _VALUE_OF[date[8:]]
-    if (
-        not 1 <= month <= 12
-        or not 1 <= day <= _DAYS_IN_MONTH[month]
-        or (month == 2 and day == 29 and not _is_leap(year))
-    ):
-        raise ValueError(f"no such date: {date!r}")
-    days = _days_from_civil(year, month, day)
-    _remember(_days_of_date, date, days)
-    return days
-
-
-def _format_date(days: int) -> str:
-    year, month, day = _civil_from_days(days)
-    if not 0 <= year <= 9999:
-        raise ValueError(f"year {year} cannot be written in RFC 3339")
-    date = f"{year:04d}-{_TWO_DIGITS[month]}-{_TWO_DIGITS[day]}"
-    _remember(_date_of_days, days, date)
-    return date
-
-
-def _parse_zone(zone: str) -> int:
-    """Seconds east of UTC for ±hh:mm, within Go's bounds (hours to 24, minutes to 60)."""
-    hours, minutes = _VALUE_OF[zone[1:3]], _VALUE_OF[zone[4:]]
-    if hours > 24 or minutes > 60:
-        raise ValueError(f"UTC offset out of range: {zone!r}")
-    offset = hours * 3600 + minutes * 60
-    if zone[0] == "-":
-        offset = -offset
-    _remember(_offset_of_zone, zone, offset)
-    return offset
-
-
-def _format_zone(offset: int) -> str:
-    """Go's 'Z' or ±hh:mm, minutes truncated toward zero: -00:00:30 prints as +00:00."""
-    if offset == 0:
-        return "Z"
-    if offset <= -60:
-        sign, minutes = "-", -offset // 60
-    else:
-        sign, minutes = "+", max(offset, 0) // 60
-    zone = f"{sign}{minutes // 60:02d}:{minutes % 60:02d}"
-    _remember(_zone_of_offset, offset, zone)
-    return zone
-
-
-def _remember(cache: dict[Any, Any], key: Any, value: Any) -> None:
-    if len(cache) >= _CACHE_LIMIT:
-        cache.clear()
-    cache[key] = value
-
-
-def _is_leap(year: int) -> bool:
-    return year % 4 == 0 and (year % 100 != 0 or year % 400 == 0)
-
-
-def _days_from_civil(year: int, month: int, day: int) -> int:
-    """Days since 1970-01-01 in the proleptic Gregorian calendar (year 0 included).
-
-    Howard Hinnant's algorithm: `datetime` stops at year 1, Go does not.
-    """
-    if month <= 2:
-        year -= 1
-    era = year // 400
-    year_of_era = year - era * 400
-    day_of_year = (153 * (month + (-3 if month > 2 else 9)) + 2) // 5 + day - 1
-    day_of_era = year_of_era * 365 + year_of_era // 4 - year_of_era // 100 + day_of_year
-    return era * 146_097 + day_of_era - 719_468
-
-
-def _civil_from_days(days: int) -> tuple[int, int, int]:
-    days += 719_468
-    era = days // 146_097
-    day_of_era = days - era * 146_097
-    year_of_era = (
-        day_of_era - day_of_era // 1460 + day_of_era // 36_524 - day_of_era // 146_096
-    ) // 365
-    day_of_year = day_of_era - (365 * year_of_era + year_of_era // 4 - year_of_era // 100)
-    shifted_month = (5 * day_of_year + 2) // 153
-    day = day_of_year - (153 * shifted_month + 2) // 5 + 1
-    month = shifted_month + 3 if shifted_month < 10 else shifted_month - 9
-    year = year_of_era + era * 400 + (month <= 2)
-    return year, month, day
-
-
-def epoch_ns(moment: datetime | GoOnlyTime) -> int:
-    """Nanoseconds since the Unix epoch of a message time (GoTime, GoOnlyTime or an
-    aware datetime), exact: no float on the way."""
-    unix_ns = getattr(moment, "unix_ns", None)
-    if isinstance(unix_ns, int):
-        return unix_ns
-    assert isinstance(moment, datetime)
-    return duration_ns(moment - _EPOCH)
-
-
-def duration_ns(delta: timedelta) -> int:
-    """A timedelta in nanoseconds, exact."""
-    return (delta.days * _DAY + delta.seconds) * _NS + delta.microseconds * 1000
-
-
-def utc_datetime(unix_ns: int) -> datetime:
-    """The aware UTC datetime of nanoseconds since the epoch, to the microsecond,
-    held to datetime's years 1 to 9999 (Go can write a year 0 or 10000)."""
-    micro = min(max(unix_ns // 1000, _EARLIEST_US), _LATEST_US)
-    return _EPOCH + timedelta(microseconds=micro)
-
-
-_EARLIEST_US = (datetime.min.replace(tzinfo=UTC) - _EPOCH) // timedelta(microseconds=1)
-_LATEST_US = (datetime.max.replace(tzinfo=UTC) - _EPOCH) // timedelta(microseconds=1)
 
 
 def _load_speedups() -> Any:

@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from deadletter.wire import codec as codec_module
+from deadletter.wire import reading
 from deadletter.wire.codec import CodecError, decode, encode, encode_one, iter_decode
 from deadletter.wire.gotime import GoTime
 from deadletter.wire.messages import EventCode, Message
@@ -458,8 +459,8 @@ def fresh_copy(item: dict[str, Any]) -> dict[str, Any]:
 @given(st.lists(field_values, min_size=8, max_size=8))
 def test_gos_own_shape_decodes_as_the_generic_path_does(values: list[Any]) -> None:
     item = dict(zip(FIELD_NAMES, values, strict=True))
-    generic = outcome(lambda: codec_module._generic_message(fresh_copy(item), 3))
-    fast = outcome(lambda: codec_module._message(fresh_copy(item), 3))
+    generic = outcome(lambda: reading.generic_message(fresh_copy(item), 3))
+    fast = outcome(lambda: reading.message(fresh_copy(item), 3))
     assert fast == generic
 
 
@@ -486,8 +487,8 @@ def test_plausible_messages_in_gos_own_shape_decode_as_the_generic_path_does(
     values: tuple[Any, ...],
 ) -> None:
     item = dict(zip(FIELD_NAMES, values, strict=True))
-    generic = outcome(lambda: codec_module._generic_message(fresh_copy(item), 0))
-    assert outcome(lambda: codec_module._message(fresh_copy(item), 0)) == generic
+    generic = outcome(lambda: reading.generic_message(fresh_copy(item), 0))
+    assert outcome(lambda: reading.message(fresh_copy(item), 0)) == generic
     assert outcome(lambda: decode(one(item))[0]) == generic
 
 
@@ -1028,7 +1029,7 @@ def test_any_int_go_can_write_as_a_code_reads_rewrites_and_encodes_unchanged(cod
     value = one(wire_map(**times, Code=code))
     (msg,) = decode_all_ways(value)
     assert msg.code == code
-    assert codec_module._message(cbor2.loads(value)[0], 0) == msg  # the Python reading too
+    assert reading.message(cbor2.loads(value)[0], 0) == msg  # the Python reading too
     assert encode_one(msg) == value
     assert encode_one(msg.replace(subject="changed")) == one(
         wire_map(**times, Subject="changed", Code=code)

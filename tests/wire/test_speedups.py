@@ -23,9 +23,10 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from deadletter.wire import codec, gotime
+from deadletter.wire import codec, gotime, reading
 from deadletter.wire.codec import CodecError
-from deadletter.wire.gotime import GoTime, _canonical
+from deadletter.wire.gotext import canonical as _canonical
+from deadletter.wire.gotime import GoTime
 from deadletter.wire.messages import EventCode, Message
 from tests.wire.test_codec import (
     ALL_FIXTURES,
@@ -66,7 +67,7 @@ def read_by_c(speedups: ModuleType, item: Any) -> Any:
 
 
 def python_reading(item: Any) -> Any:
-    return outcome(lambda: codec._message(fresh_copy(item) if type(item) is dict else item, 0))
+    return outcome(lambda: reading.message(fresh_copy(item) if type(item) is dict else item, 0))
 
 
 def read_time_by_c(speedups: ModuleType, text: Any) -> tuple[int, int] | None:
@@ -127,7 +128,7 @@ def test_a_typical_row_is_read_by_c_with_times_worked_out(speedups: ModuleType) 
     )
     msg = speedups.go_message(item)
     assert type(msg) is Message
-    assert msg == codec._message(fresh_copy(item), 0)
+    assert msg == reading.message(fresh_copy(item), 0)
     assert msg.code is EventCode.FINAL_GRADE
     assert msg.timestamp == GoTime.parse("2026-11-29T15:47:12.123456789+01:00")
     assert msg.timestamp.format() == "2026-11-29T15:47:12.123456789+01:00"
@@ -408,7 +409,7 @@ plain_values = st.recursive(
     max_leaves=8,
 )
 user_keys = st.text(max_size=12).filter(
-    lambda key: key.isascii() is False or codec._field_for(key) is None
+    lambda key: key.isascii() is False or reading.field_for(key) is None
 )
 
 go_times = st.none() | st.builds(
@@ -458,7 +459,7 @@ def test_a_message_go_could_have_written_is_written_by_c(msg: Message) -> None:
 
 
 def is_extra_key(key: Any) -> bool:
-    return type(key) is str and _utf8(key) and codec._field_for(key) is None
+    return type(key) is str and _utf8(key) and reading.field_for(key) is None
 
 
 def is_plain(value: Any, depth: int = 0) -> bool:
@@ -515,7 +516,7 @@ def test_a_users_message_reads_the_same_by_c_by_the_fast_python_path_and_by_the_
     by_c = read_by_c(speedups, item)
     by_python = python_reading(item)
     assert by_c is None or by_c == by_python
-    assert by_python == outcome(lambda: codec._generic_message(fresh_copy(item), 0))
+    assert by_python == outcome(lambda: reading.generic_message(fresh_copy(item), 0))
 
 
 def test_a_typical_users_message_is_written_and_read_back_by_c(speedups: ModuleType) -> None:
