@@ -221,13 +221,12 @@ def handler_savepoint() -> Iterator[None]:
         return execute(text, params, many, context)
 
     def undo() -> None:
+        transaction.set_rollback(False, using=using)  # as atomic's exit: or nothing may run
         if sid is not None:
             try:
                 transaction.savepoint_rollback(sid, using=using)
             except DatabaseError:
                 transaction.set_rollback(True, using=using)  # the whole claim rolls back
-                return
-        transaction.set_rollback(False, using=using)
 
     try:
         with connection.execute_wrapper(before_first):
