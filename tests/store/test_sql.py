@@ -327,11 +327,18 @@ def test_a_statement_inside_an_event_loop_is_refused_as_django_refuses_it() -> N
         asyncio.run(inside())
 
 
-def test_what_instruments_cursors_per_request_sees_the_statements_of_each_request() -> None:
+def test_what_instruments_cursors_per_request_sees_the_statements_of_each_request(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """As django-debug-toolbar does: `connection.cursor` answers a cursor of its own
-    while a request is watched; a cursor made before that request is not used in it."""
+    while a request is watched; a cursor made before that request is not used in
+    it, although the connection lives on across requests (CONN_MAX_AGE None)."""
     from django.core.signals import request_finished, request_started
+    from django.db import connections
 
+    connection = connections["default"]  # the alias's own wrapper, as sql.connection() gives
+    monkeypatch.setitem(connection.settings_dict, "CONN_MAX_AGE", None)
+    connection.close()
     made: list[object] = []
     plain = connection.cursor
 
@@ -341,7 +348,9 @@ def test_what_instruments_cursors_per_request_sees_the_statements_of_each_reques
         return cursor
 
     sql.read(connection, f"SELECT value FROM {TABLE}", ())
+    raw = connection.connection
     request_started.send(sender=None)
+    assert connection.connection is raw
     connection.cursor = watched_cursor  # type: ignore[method-assign]
     try:
         sql.read(connection, f"SELECT value FROM {TABLE}", ())
@@ -352,3 +361,4 @@ def test_what_instruments_cursors_per_request_sees_the_statements_of_each_reques
     assert len(made) == 1
     sql.read(connection, f"SELECT value FROM {TABLE}", ())
     assert len(made) == 1
+    connection.close()
