@@ -1,24 +1,29 @@
 from __future__ import annotations
 
+import json
 import logging
 import random
 import time
 import tracemalloc
 from collections.abc import Iterator
 
+import cbor2
 import pytest
 import time_machine
 from django.core.management import call_command
 from django.db import connection
 from django.db.migrations.recorder import MigrationRecorder
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from deadletter.migrations._0002_frozen import legacy as frozen_legacy
+from deadletter.migrations._0002_frozen import rows as frozen_rows
 from deadletter.models import QueuedMessage
 from deadletter.queue import fetch_failed_msgs, legacy, store_failed_msgs
 from deadletter.wire import codec, keys
 from deadletter.wire.gotime import GoTime
 from deadletter.wire.messages import Message
-from tests.factories import REPO, insert, kill_manage_py, raw_sql, table_rows
+from tests.factories import FIXTURES, REPO, insert, kill_manage_py, raw_sql, table_rows
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -98,6 +103,117 @@ def test_split_messages_keep_their_bytes(before_split: None) -> None:
     put_legacy("a", originals)
     migrate_forward()
     assert [v for _, v in rows("a")] == [codec.encode_one(m) for m in originals]
+
+
+def go_values() -> list[bytes]:
+    """Every value of the go-cbor fixtures the Go program wrote: loose files and rows."""
+    manifest = json.loads((FIXTURES / "manifest.json").read_text())
+    values = [(FIXTURES / entry["name"]).read_bytes() for entry in manifest["files"]]
+    return values + [bytes.fromhex(row["value_hex"]) for row in manifest["rows"]]
+
+
+def test_the_frozen_split_and_fold_write_the_live_encoders_bytes_for_gos_values(
+    before_split: None,
+) -> None:
+    """Migration 0002 runs its own reduced copy of the codec: held to the live one, both ways."""
+    values = [value for value in go_values() if codec.decode(value)]
+    for number, value in enumerate(values):
+        insert(f"go-{number:02}".encode(), value)
+    now = GoTime.parse(NOW)
+    now_ns = now.unix_ns
+    with time_machine.travel(NOW, tick=False):
+        migrate_forward()
+    for number, value in enumerate(values):
+        stamped = [codec.encode_one(m, stamp_ns=now_ns) for m in codec.decode(value)]
+        assert [v for _, v in rows(f"go-{number:02}")] == stamped
+    migrate_back()
+    try:
+        for number, value in enumerate(values):
+            stamped_msgs = [m.replace(queued_at=m.queued_at or now) for m in codec.decode(value)]
+            folded = codec.encode(stamped_msgs)
+            assert rows(f"go-{number:02}") == [(f"go-{number:02}".encode(), folded)]
+    finally:
+        migrate_forward()
+
+
+go_times = st.builds(
+    GoTime.from_unix_ns,
+    st.integers(-62_135_596_800 * 10**9, 253_402_214_400 * 10**9),
+    st.integers(-18 * 60, 18 * 60).map(lambda minutes: minutes * 60),
+)
+plain_text = st.text(max_size=6)
+messages = st.builds(
+    Message,
+    timestamp=st.none() | go_times,
+    queued_at=st.none() | go_times,
+    username=plain_text,
+    subject=plain_text,
+    descriptions=st.none() | st.lists(plain_text, max_size=3),
+    fields=st.none() | st.lists(plain_text, max_size=3),
+    skip_recipients=st.none() | st.lists(plain_text, max_size=3),
+    code=st.integers(-(2**63), 2**63 - 1),
+    extra=st.dictionaries(
+        st.sampled_from(["Later", "Retries", "Ünknown"]), st.integers() | plain_text, max_size=2
+    ),
+)
+
+
+time_forms = st.one_of(
+    go_times.map(lambda t: t.format()),
+    go_times.map(lambda t: cbor2.CBORTag(0, t.isoformat())),
+    st.integers(-(10**10), 10**10),
+    st.floats(-1e10, 1e10) | st.floats(),
+    st.builds(cbor2.CBORTag, st.just(1), st.integers(-(10**10), 10**10)),
+    st.sampled_from(
+        ["2026-11-29T11:00:00.000Z", "2026-11-29T11:00:00+00:00", "2026-02-30T00:00:00Z"]
+    ),
+    st.none() | st.just(cbor2.undefined) | st.integers() | plain_text,
+)
+field_forms = {
+    "Timestamp": time_forms,
+    "QueuedAt": time_forms,
+    "Username": plain_text | st.none() | st.integers(),
+    "Subject": plain_text | st.just(cbor2.undefined),
+    "Descriptions": st.none() | st.lists(plain_text | st.none(), max_size=2) | plain_text,
+    "Fields": st.none() | st.lists(plain_text, max_size=2),
+    "SkipRecipients": st.none() | st.lists(plain_text, max_size=2),
+    "Code": st.integers(-(2**64), 2**64) | st.none() | st.booleans(),
+}
+
+
+ODD_NAMES = {"subject": "Subject", "QUEUEDAT": "QueuedAt", "Later": "Code"}
+
+
+@st.composite
+def go_maps(draw: st.DrawFn) -> dict[str, object]:
+    """A map as some writer may have put it in an aggregate: Go's or not quite (keys
+    in another case or order, times as tags or epochs, values of the wrong type)."""
+    item: dict[str, object] = {}
+    for name in draw(st.lists(st.sampled_from([*field_forms, *ODD_NAMES]))):
+        item[name] = draw(field_forms[ODD_NAMES.get(name, name)])
+    return item
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(messages, max_size=3).map(codec.encode)
+    | st.lists(go_maps(), max_size=3).map(cbor2.dumps)
+    | st.lists(messages, max_size=3).map(
+        lambda msgs: b"\x9f" + b"".join(codec.encode_one(m)[1:] for m in msgs) + b"\xff"
+    )
+)
+def test_the_frozen_rows_are_the_live_encoders_for_any_aggregate(value: bytes) -> None:
+    """What the migration writes for a message is what the live code writes once it has
+    read it (and stamped it, when it has no `QueuedAt`); a message one refuses, both do."""
+    now_ns = NEWER_NS
+    try:
+        live = [codec.encode_one(m, stamp_ns=now_ns) for m in codec.iter_decode(value)]
+    except codec.CodecError:
+        with pytest.raises(ValueError):
+            [frozen_rows.row_value(w, now_ns) for w in frozen_rows.message_maps(value)]
+        return
+    assert frozen_rows.count_messages(value) == len(live)
+    assert [frozen_rows.row_value(w, now_ns) for w in frozen_rows.message_maps(value)] == live
 
 
 def test_the_migration_drops_nothing_for_age(before_split: None) -> None:

@@ -1,49 +1,18 @@
-# Frozen for migration 0002: a copy of deadletter/keys.py as of the migration. Never edit.
-"""Row keys: `<queue name> 0x00 <8-byte big-endian ns time> <8-byte big-endian seq>`.
-
-The key alone orders a queue (by time, then seq) and bounds it (one
-contiguous range of the primary-key index), so no other column is needed to
-list, count or page a queue. Pure: no Django here.
-"""
+# Frozen for migration 0002: the key rule as the migration ran it. Never edit.
+"""Row keys: `<queue name> 0x00 <8-byte big-endian ns time> <8-byte big-endian seq>`;
+a key without the separator is a legacy aggregate row (a bare queue name)."""
 
 from __future__ import annotations
 
-import os
-import secrets
-import threading
-import time
-from datetime import UTC, datetime
 from typing import NamedTuple
 
-__all__ = [
-    "MAX_QUEUE_NAME_BYTES",
-    "ParsedKey",
-    "SEPARATOR",
-    "KeyGenerator",
-    "encode_queue_name",
-    "from_text",
-    "is_legacy_key",
-    "key_from_int",
-    "key_to_int",
-    "make_key",
-    "message_bounds",
-    "new_key",
-    "parse_key",
-    "queue_bounds",
-    "queue_of",
-    "to_text",
-    "written_at",
-]
+__all__ = ["SEPARATOR", "encode_queue_name", "is_legacy_key", "make_key", "parse_key", "queue_of"]
 
 SEPARATOR = b"\x00"
-# The separator as the int `bytes` hold: `NUL in key` with a bytes operand
-# first tries the operand as an int and builds a TypeError (0.6 us a call);
-# with this it is a plain byte search.
-NUL = 0
-MAX_QUEUE_NAME_BYTES = 255
+_NUL = 0
+_MAX_QUEUE_NAME_BYTES = 255
 _U64 = 1 << 64
 _SUFFIX_LEN = 16
-_SEQ_STRIDE = 1 << 16
 
 
 class ParsedKey(NamedTuple):
@@ -64,9 +33,9 @@ def encode_queue_name(queue: str) -> bytes:
         raw = queue.encode("utf-8")
     except UnicodeEncodeError as exc:
         raise ValueError(f"queue name is not valid UTF-8: {queue!r}") from exc
-    if len(raw) > MAX_QUEUE_NAME_BYTES:
+    if len(raw) > _MAX_QUEUE_NAME_BYTES:
         raise ValueError(
-            f"queue name is {len(raw)} UTF-8 bytes long; the limit is {MAX_QUEUE_NAME_BYTES}"
+            f"queue name is {len(raw)} UTF-8 bytes long; the limit is {_MAX_QUEUE_NAME_BYTES}"
         )
     return raw
 
@@ -82,7 +51,7 @@ def parse_key(key: bytes) -> ParsedKey:
     """Split a per-message key; a `ValueError` for a legacy or malformed key."""
     key = bytes(key)
     sep = len(key) - _SUFFIX_LEN - 1
-    if sep < 1 or key[sep] != NUL or NUL in key[:sep]:
+    if sep < 1 or key[sep] != _NUL or _NUL in key[:sep]:
         raise ValueError(f"not a per-message key: {key.hex()}")
     try:
         queue = key[:sep].decode("utf-8")
@@ -97,100 +66,10 @@ def parse_key(key: bytes) -> ParsedKey:
 
 def is_legacy_key(key: bytes) -> bool:
     """A bare queue name (no separator) is an older release's whole-queue aggregate row."""
-    return NUL not in key
+    return _NUL not in key
 
 
 def queue_of(key: bytes) -> str:
     """The queue a per-message or legacy key belongs to."""
-    key = bytes(key)
-    name, _, _ = key.partition(SEPARATOR)
+    name, _, _ = bytes(key).partition(SEPARATOR)
     return name.decode("utf-8", errors="replace")
-
-
-def queue_bounds(queue: str) -> tuple[bytes, bytes]:
-    """`[low, high)` covering the queue's legacy row and every per-message row.
-
-    The legacy key is the bare name, which sorts just before `name 0x00`, so
-    one range scan from `name` sees both.
-    """
-    raw = encode_queue_name(queue)
-    return raw, raw + b"\x01"
-
-
-def message_bounds(queue: str) -> tuple[bytes, bytes]:
-    """`[low, high)` of the per-message rows only."""
-    raw = encode_queue_name(queue)
-    return raw + SEPARATOR, raw + b"\x01"
-
-
-def key_to_int(key: bytes) -> int:
-    """The 128-bit (time, seq) suffix as one integer, for finding room between two keys."""
-    return int.from_bytes(key[-_SUFFIX_LEN:], "big")
-
-
-def key_from_int(prefix: bytes, value: int) -> bytes:
-    return prefix + SEPARATOR + value.to_bytes(_SUFFIX_LEN, "big")
-
-
-class KeyGenerator:
-    """Issues keys that never go backwards in this process.
-
-    The time is the wall clock, held at its last value if the clock steps
-    back; the seq is a per-process counter from a random start, so two
-    processes issuing a key in the same nanosecond still differ. The counter
-    steps by 2**16, leaving room after every key for the rows a multi-message
-    row is split into. A collision is possible only in theory and the caller
-    retries with a fresh key.
-    """
-
-    def __init__(self) -> None:
-        self._reset()
-        # A forked child must not continue its parent's counter (both would
-        # issue the same keys); asking `getpid` on every key costs a syscall.
-        os.register_at_fork(after_in_child=self._reset)
-
-    def _reset(self) -> None:
-        # New in a forked child too: the parent's lock may have been held at the fork.
-        self._lock = threading.Lock()
-        self._last_ns = 0
-        self._seq = secrets.randbelow(1 << 62)
-
-    def next(self, queue: str | bytes, now_ns: int | None = None) -> bytes:
-        with self._lock:
-            now = time.time_ns() if now_ns is None else now_ns
-            self._last_ns = max(self._last_ns, now)
-            self._seq = (self._seq + _SEQ_STRIDE) % _U64
-            return make_key(queue, self._last_ns, self._seq)
-
-
-_generator = KeyGenerator()
-
-
-def new_key(queue: str | bytes, now_ns: int | None = None) -> bytes:
-    """A fresh key for `queue` from the process-wide generator."""
-    return _generator.next(queue, now_ns)
-
-
-def to_text(key: bytes) -> str:
-    """The one text form of a key in URLs (admin, API): lowercase hex."""
-    return bytes(key).hex()
-
-
-def from_text(text: str) -> bytes:
-    """Parse `to_text`; a `ValueError` for anything that is not a key's hex."""
-    if not text or len(text) % 2 or len(text) > 2 * (MAX_QUEUE_NAME_BYTES + 17):
-        raise ValueError(f"not a key: {text[:80]!r}")
-    try:
-        return bytes.fromhex(text)
-    except ValueError as exc:
-        raise ValueError(f"not a key: {text[:80]!r}") from exc
-
-
-def written_at(key: bytes) -> datetime | None:
-    """When a per-message row was written, from its key; None for a legacy or
-    malformed key."""
-    try:
-        parsed = parse_key(key)
-    except ValueError:
-        return None
-    return datetime.fromtimestamp(parsed.time_ns / 1e9, tz=UTC)

@@ -1,12 +1,9 @@
 # Frozen for migration 0002: the split and fold code of deadletter/legacy.py as the
-# migration ran it (no drop counting or signals: that table and those hooks came later).
+# migration ran it (no drop counting, signals or age limit: the migration used none).
 # Never edit.
 """Legacy aggregate rows (a whole queue as one CBOR list under the bare queue
 name, as older releases wrote them): split into per-message rows, and folded
 back for a downgrade.
-
-One rule turns an aggregate into rows (`legacy_message_rows`), shared by
-fetch, the data migration and the kv import and export.
 """
 
 from __future__ import annotations
@@ -21,19 +18,10 @@ from typing import Any, TypeVar
 from django.db import transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from deadletter.migrations._0002_frozen import codec, keys
-from deadletter.migrations._0002_frozen.gotime import GoTime
-from deadletter.migrations._0002_frozen.messages import Message
+from deadletter.migrations._0002_frozen import keys, rows
+from deadletter.migrations._0002_frozen.items import CodecError
 
-__all__ = [
-    "Conflict",
-    "fold_all_queues",
-    "fold_queue_rows",
-    "iter_queue_heads",
-    "split_legacy_row",
-    "split_legacy_rows",
-    "split_seq",
-]
+__all__ = ["fold_all_queues", "split_legacy_rows", "split_seq"]
 
 logger = logging.getLogger("deadletter")
 
@@ -45,9 +33,6 @@ class Conflict(Exception):
 _SPLIT_BATCH = 1000  # rows per transaction: a few ms of SQLite's write lock
 
 T = TypeVar("T")
-# (index, encoded row value, None) or, for an expired message, (index, None, message):
-# a batch keeps only bytes, no live Message objects for the cyclic GC to walk again and again.
-_Item = tuple[int, bytes | None, Message | None]
 
 
 def split_seq(prefix: bytes, value: bytes) -> int:
@@ -65,7 +50,6 @@ def split_legacy_row(
     value: bytes,
     *,
     now_ns: int,
-    max_age_ns: int | None = None,
 ) -> int:
     """Split a legacy aggregate row (a whole queue under the bare name) into
     per-message rows; returns how many rows it stored.
@@ -85,18 +69,16 @@ def split_legacy_row(
     Each batch first locks the aggregate row and checks it is still there, so
     nothing is written once another reader has finished the split.
 
-    Used by `fetch_failed_msgs` and by the data migration alike. Raises
-    `codec.CodecError` for a corrupt blob (the rows written for it are
+    Raises `CodecError` for a corrupt blob (the rows written for it are
     removed again, in batches, and the aggregate left) and `Conflict` if
     another reader split it first.
     """
     quoted = connection.ops.quote_name(table)
     k = connection.ops.quote_name("key")
     queue = prefix.decode("utf-8", errors="replace")
-    count = codec.count_messages(value)
+    count = rows.count_messages(value)
     seq = split_seq(prefix, value)
-    cutoff = None if max_age_ns is None else now_ns - max_age_ns
-    items = _batches(_split_items(value, count, now_ns, cutoff), _SPLIT_BATCH)
+    items = _batches(_split_items(value, count, now_ns), _SPLIT_BATCH)
     top_ns: int | None = None
     stored = 0
     reached = 0
@@ -107,11 +89,11 @@ def split_legacy_row(
                 if top_ns is None:
                     top_ns = _anchor(cursor, quoted, prefix, seq, count, now_ns)
                 base_ns = top_ns - count
-                rows = []
-                for index, encoded, _msg in batch:
-                    if encoded is not None:  # None only for an expired message: none here
-                        rows.append((keys.make_key(prefix, base_ns + index, seq ^ index), encoded))
-                if rows:
+                found = [
+                    (keys.make_key(prefix, base_ns + index, seq ^ index), encoded)
+                    for index, encoded in batch
+                ]
+                if found:
                     cursor.executemany(
                         f"INSERT INTO {quoted} ({k}, value) VALUES (%s, %s) "
                         + (
@@ -119,11 +101,11 @@ def split_legacy_row(
                             if connection.vendor == "mysql"
                             else "ON CONFLICT DO NOTHING"
                         ),
-                        rows,
+                        found,
                     )
-            stored += len(rows)
+            stored += len(found)
             reached = batch[-1][0] + 1
-    except codec.CodecError:
+    except CodecError:
         if top_ns is not None:
             _undo(connection, quoted, prefix, top_ns - count, seq, reached)
         raise
@@ -139,17 +121,12 @@ def split_legacy_row(
     return stored
 
 
-def _split_items(value: bytes, count: int, now_ns: int, cutoff: int | None) -> Iterator[_Item]:
-    """`(index, encoded row value, None)` per message; `(index, None, message)` when it expired."""
-    for index, msg in enumerate(codec.iter_decode(value)):
+def _split_items(value: bytes, count: int, now_ns: int) -> Iterator[tuple[int, bytes]]:
+    """`(index, row value)` per message, stamped as queued now when it has no `QueuedAt`."""
+    for index, wire in enumerate(rows.message_maps(value)):
         if index >= count:
-            raise codec.CodecError(f"legacy row holds more than the {count} messages counted")
-        if msg.queued_at is None:
-            msg = msg.replace(queued_at=GoTime(now_ns))
-        elif cutoff is not None and msg.queued_at.unix_ns < cutoff:
-            yield index, None, msg
-            continue
-        yield index, codec.encode_one(msg), None
+            raise CodecError(f"legacy row holds more than the {count} messages counted")
+        yield index, rows.row_value(wire, now_ns)
 
 
 @contextlib.contextmanager
@@ -227,7 +204,7 @@ def _anchor(cursor: Any, quoted: str, prefix: bytes, seq: int, count: int, now_n
             first_ns = parsed.time_ns
     top_ns = now_ns if first_ns is None else min(first_ns, now_ns)
     if top_ns < count:
-        raise codec.CodecError("no room for the legacy messages before the queue's first row")
+        raise CodecError("no room for the legacy messages before the queue's first row")
     return top_ns
 
 
@@ -307,7 +284,7 @@ def split_legacy_rows(connection: BaseDatabaseWrapper, table: str) -> tuple[int,
         except Conflict:
             logger.info("legacy row already split by another process queue=%s", queue)
             continue
-        except (codec.CodecError, ValueError) as exc:
+        except ValueError as exc:  # CodecError included
             logger.error("legacy row left unsplit queue=%s error=%s", queue, exc)
             continue
         split += 1
@@ -351,20 +328,19 @@ def fold_queue_rows(
                 f"ORDER BY {k} LIMIT {int(batch_size)}",
                 (after, high),
             )
-            rows = cursor.fetchall()
-            if not rows:
+            page = cursor.fetchall()
+            if not page:
                 break
             folded: list[tuple[bytes]] = []
-            for raw_key, raw_value in rows:
+            for raw_key, raw_value in page:
                 key = bytes(raw_key)
                 mark = len(body)
                 added = 0
                 try:
-                    for msg in codec.iter_decode(bytes(raw_value or b"")):
-                        item = codec.encode_one(msg)
-                        body += item[1:]  # drop the one-element array head
+                    for wire in rows.message_maps(bytes(raw_value or b"")):
+                        body += rows.row_value(wire)[1:]  # drop the one-element array head
                         added += 1
-                except codec.CodecError as exc:
+                except CodecError as exc:
                     del body[mark:]
                     if key == prefix:
                         logger.error("queue left unfolded: corrupt aggregate queue=%s", queue)
@@ -377,7 +353,7 @@ def fold_queue_rows(
                 folded.append((key,))
             if folded:
                 cursor.executemany(f"DELETE FROM {quoted} WHERE {k} = %s", folded)
-            after, op = bytes(rows[-1][0]), ">"
+            after, op = bytes(page[-1][0]), ">"
         if count:
             value = _cbor_array_head(count) + bytes(body)
             del body
