@@ -29,9 +29,19 @@ Goals: SQLite park >= 0.7, take >= 0.7, drain >= 0.8, read-10 >= 0.9;
 PostgreSQL and MySQL/MariaDB park and dequeue within 1.3x the raw time
 (throughput >= 0.77), scan >= 0.9. The "py" figures have no goal.
 
+Two shapes (BENCH_SHAPES=shared,apart): "shared" is the above, the queue on the
+default alias; "apart" is a site that keeps its dead letters apart, the queue
+on its own alias (`DEADLETTER_DATABASE`, a database of its own) beside the
+site's default connection, take and read-10 through `iter_failed_msgs`, park,
+take, drain and read-10 only, against a raw side that runs only the SQL and
+cbor2 (Go's map built once: no mapping, no stamping, no handler). The goals
+hold for both.
+
 `--profile` prints a cProfile of PROFILE_OPS parks instead (the closing note's
 before/after). BENCH_ROUNDS, BENCH_OPS override the rounds (15) and ops (2,000);
-BENCH_PATHS=park,read-10 runs only those paths; BENCH_QUICK=1 is a smoke run.
+BENCH_PATHS=park,read-10 runs only those paths; BENCH_QUICK=1 is a smoke run;
+BENCH_CLOCK=cpu times this thread's CPU instead of the wall clock (SQLite only,
+for a busy machine).
 """
 
 from __future__ import annotations
