@@ -34,8 +34,8 @@ default alias; "apart" is a site that keeps its dead letters apart, the queue
 on its own alias (`DEADLETTER_DATABASE`, a database of its own) beside the
 site's default connection, take and read-10 through `iter_failed_msgs`, park,
 take, drain and read-10 only, against a raw side that runs only the SQL and
-cbor2 (Go's map built once: no mapping, no stamping, no handler). The goals
-hold for both.
+cbor2 (Go's map built once: no mapping, no stamping, no handler), with the
+same goals.
 
 `--profile` prints a cProfile of PROFILE_OPS parks instead (the closing note's
 before/after). BENCH_ROUNDS, BENCH_OPS override the rounds (15) and ops (2,000);
