@@ -206,7 +206,6 @@ def handler_savepoint() -> Iterator[None]:
     through the driver's own connection bypass Django and are not undone.
     """
     connection = sql.connection()
-    using = connection.alias
     sid: str | None = None
     making = False
 
@@ -221,12 +220,12 @@ def handler_savepoint() -> Iterator[None]:
         return execute(text, params, many, context)
 
     def undo() -> None:
-        transaction.set_rollback(False, using=using)  # as atomic's exit: or nothing may run
+        connection.set_rollback(False)  # as atomic's exit does: or nothing may run
         if sid is not None:
             try:
-                transaction.savepoint_rollback(sid, using=using)
+                connection.savepoint_rollback(sid)
             except DatabaseError:
-                transaction.set_rollback(True, using=using)  # the whole claim rolls back
+                connection.set_rollback(True)  # the whole claim rolls back
 
     try:
         with connection.execute_wrapper(before_first):
@@ -234,7 +233,7 @@ def handler_savepoint() -> Iterator[None]:
     except BaseException:
         undo()
         raise
-    if transaction.get_rollback(using=using):
+    if connection.get_rollback():
         undo()
 
 
@@ -289,7 +288,7 @@ def claim_failed_msg(
     connection = sql.connection()
     if not connection.in_atomic_block:
         raise transaction.TransactionManagementError("claim_failed_msg needs a transaction")
-    if not can_claim_rows():
+    if not sql.can_skip_locked(connection):
         raise NotSupportedError(f"{connection.vendor} cannot skip locked rows")
     low, high = keys.queue_bounds(queue)
     bound, inclusive = after, False
