@@ -111,6 +111,8 @@ class Delivery:
         gives None, the run stops, or the breaker pauses queue `name`. Returns the
         message it took and then did not hand over (a stop came between), if any.
         A database error passes through, the message in hand left as it was."""
+        claimed = self.claims
+        no_transaction = contextlib.nullcontext()
         while self.go_on(name):
             if not self.budget.take():
                 return None
@@ -121,7 +123,7 @@ class Delivery:
                 return None
             item: queue.Queued | Skip | None = None
             try:
-                with queue.atomic() if self.claims else contextlib.nullcontext():
+                with queue.atomic() if claimed else no_transaction:
                     item = take()
                     seconds = self.handler_time()
                     if item is None or item is SKIPPED or self.stop.is_set():
@@ -133,7 +135,7 @@ class Delivery:
                     outcome = deliver(
                         item,
                         loaded.handler,
-                        claimed=self.claims,
+                        claimed=claimed,
                         timeout=seconds,
                         policy=loaded.policy,
                     )
