@@ -1,5 +1,5 @@
-"""The queue table's SQL plumbing: the connection, statements on Django's cursor,
-and signals sent once a row change has committed.
+"""The queue table's SQL plumbing: the connection, the statement path (Django's
+cursor, or the driver's when nothing watches), and signals sent once a row change has committed.
 
 Below `queue/`, above the models: nothing here knows the
 queue's rules.
@@ -10,13 +10,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
-from django.core.signals import request_finished, request_started
 from django.db import DataError, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.backends.utils import CursorDebugWrapper
 
 from deadletter import signals
 from deadletter.conf import conf
@@ -195,90 +194,106 @@ def can_skip_locked(connection: BaseDatabaseWrapper) -> bool:
 
 
 def write(connection: BaseDatabaseWrapper, sql: str, params: Any) -> int:
-    """Run one write through Django's cursor (`cursor`), in a savepoint when the
-    caller holds a transaction so a failed statement does not poison it; in its
-    own autocommit otherwise. `PacketTooLarge` before anything is sent for one
-    the server would refuse."""
+    """Run one write, in a savepoint when the caller holds a transaction so a
+    failed statement does not poison it; in its own autocommit otherwise.
+    `PacketTooLarge` before anything is sent for one the server would refuse.
+    On the driver's cursor when `direct`, else on Django's."""
     if connection.vendor == "mysql":
         refuse_oversized(connection, sql, params)
     if connection.in_atomic_block:
         with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
             cursor.execute(sql, params)
             return cursor.rowcount
-    cursor = take_cursor(connection)
+    if not direct(connection):
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return cursor.rowcount
+    cursor = _driver_cursor(connection)
     try:
-        cursor.execute(sql, params)
-        count: int = cursor.rowcount
-    except BaseException:
+        cursor.execute(_driver_sql(connection.vendor, sql), params)
+        return int(cursor.rowcount)
+    except Exception:
+        with connection.wrap_database_errors:
+            raise
+    finally:
         _close(cursor)
-        raise
-    _keep(connection, cursor)
-    return count
 
 
 def read(connection: BaseDatabaseWrapper, sql: str, params: Any) -> list[tuple[Any, ...]]:
-    """All rows of one SELECT, through Django's cursor (`cursor`); a page of a
-    scan is read whole, so nothing stays open while the caller works."""
-    cursor = take_cursor(connection)
+    """All rows of one SELECT (a page of a scan is read whole, so no cursor stays
+    open while the caller works); on the driver's cursor when `direct`."""
+    if not direct(connection):
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return list(cursor.fetchall())
+    cursor = _driver_cursor(connection)
     try:
-        cursor.execute(sql, params)
+        cursor.execute(_driver_sql(connection.vendor, sql), params)
         rows = cursor.fetchall()
-    except BaseException:
+    except Exception:
+        with connection.wrap_database_errors:
+            raise
+    finally:
         _close(cursor)
-        raise
-    _keep(connection, cursor)
     return rows if type(rows) is list else list(rows)
 
 
-_KEPT = "_deadletter_cursor"
+def watched(connection: BaseDatabaseWrapper) -> bool:
+    """Whether anything looks at this connection's statements: an `execute_wrapper`
+    (APM hooks, tests), query logging (`queries_logged`: `force_debug_cursor` or
+    `DEBUG`), or a `cursor` of its own set on the connection (django-debug-toolbar's
+    way)."""
+    return bool(
+        connection.execute_wrappers or connection.queries_logged or "cursor" in vars(connection)
+    )
 
 
-def take_cursor(connection: BaseDatabaseWrapper) -> Any:
-    """Django's cursor for one statement: `connection.cursor()`, or the one the
-    last statement on `connection` handed back, while it is still the cursor
-    `connection.cursor()` would make (the same database connection and query
-    logging, no event loop running, Django's health check and thread check
-    passed). A cursor costs about as much as a SQLite statement to make, and
-    what watches a statement (`execute_wrapper`, query logging, patches of
-    `CursorWrapper.execute`) sees it run on a kept one alike. None is kept
-    across a request's start or end (`drop_cursors`), so what instruments
-    `connection.cursor()` per request sees each request's statements."""
-    kept = connection.__dict__.pop(_KEPT, None)
-    if kept is not None:
-        raw, logged, cursor = kept
-        connection.close_if_health_check_failed()
-        connection.validate_thread_sharing()
-        fresh = raw is connection.connection and logged is bool(connection.queries_logged)
-        if fresh and not _loop_running():
-            return cursor
-        _close(cursor)
-    return connection.cursor()
+def direct(connection: BaseDatabaseWrapper) -> bool:
+    """Whether a statement outside any atomic block may skip Django's cursor wrapper
+    for the driver's own cursor: nothing watches (`watched`), no event loop runs in
+    this thread, and the connection is open once Django's health check (due once a
+    request, with `CONN_HEALTH_CHECKS`) has run. Otherwise Django's cursor does
+    what is due: it connects, or refuses (`SynchronousOnlyOperation`)."""
+    if watched(connection) or _loop_running():
+        return False
+    connection.close_if_health_check_failed()
+    return connection.connection is not None
 
 
-def _keep(connection: BaseDatabaseWrapper, cursor: Any) -> None:
-    """Hand `cursor` back for the next statement on `connection` (`take_cursor`)."""
-    if connection.__dict__.get(_KEPT) is None:
-        logged = isinstance(cursor, CursorDebugWrapper)
-        connection.__dict__[_KEPT] = (connection.connection, logged, cursor)
-    else:  # another statement ran inside this one (an execute wrapper's) and kept its own
-        _close(cursor)
+def _driver_cursor(connection: BaseDatabaseWrapper) -> Any:
+    """The driver's cursor as the backend makes it for Django's (`create_cursor`:
+    MySQL's maps a few errors to `IntegrityError`, PostgreSQL's sets the time zone);
+    on SQLite the driver's own, given `?` placeholders (`_driver_sql`) instead of
+    Django's rewriting of every statement."""
+    connection.validate_thread_sharing()
+    try:
+        if connection.vendor == "sqlite":
+            return connection.connection.cursor()
+        return connection.create_cursor()
+    except Exception:
+        with connection.wrap_database_errors:  # a closed connection: Django's error
+            raise
 
 
-def drop_cursors(**kwargs: Any) -> None:
-    """Close the cursors this thread's connections keep; at a request's start and end."""
-    for connection in connections.all(initialized_only=True):
-        kept = connection.__dict__.pop(_KEPT, None)
-        if kept is not None:
-            _close(kept[2])
+_driver_forms: dict[str, str] = {}
+_FORMAT_MARK = re.compile(r"(?<!%)%s")
 
 
-request_started.connect(drop_cursors, dispatch_uid="deadletter.store.sql.started")
-request_finished.connect(drop_cursors, dispatch_uid="deadletter.store.sql.finished")
+def _driver_sql(vendor: str, sql: str) -> str:
+    """`sql` with sqlite3's `?` placeholders on SQLite, as Django's SQLite cursor
+    rewrites it, made once per statement; as it is elsewhere."""
+    if vendor != "sqlite":
+        return sql
+    form = _driver_forms.get(sql)
+    if form is None:
+        if len(_driver_forms) >= 256:
+            _driver_forms.clear()
+        form = _driver_forms[sql] = _FORMAT_MARK.sub("?", sql).replace("%%", "%")
+    return form
 
 
 def _loop_running() -> bool:
-    """Whether an event loop runs in this thread, where Django refuses a cursor
-    (`SynchronousOnlyOperation`): a kept one is not handed out there either."""
+    """Whether an event loop runs in this thread, where Django refuses a cursor."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:
@@ -287,7 +302,7 @@ def _loop_running() -> bool:
 
 
 def _close(cursor: Any) -> None:
-    """Close a cursor whatever state its connection is in: on a connection gone,
+    """Close a driver cursor whatever state its connection is in: on a connection gone,
     MySQLdb's `close` raises too, which would hide the statement's own error."""
     with contextlib.suppress(Exception):
         cursor.close()

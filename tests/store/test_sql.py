@@ -262,7 +262,7 @@ def test_a_statement_on_a_connection_closed_under_django_fails_as_djangos_error(
         connection.connection = None  # Django connects afresh for the next statement
 
 
-# --- the cursor a statement runs on ----------------------------------------------------
+# --- the path a statement takes ---------------------------------------------------------
 
 
 def test_query_logging_turned_on_or_off_between_statements_is_followed_at_once(caplog) -> None:
@@ -327,18 +327,13 @@ def test_a_statement_inside_an_event_loop_is_refused_as_django_refuses_it() -> N
         asyncio.run(inside())
 
 
-def test_what_instruments_cursors_per_request_sees_the_statements_of_each_request(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_a_cursor_set_on_the_connection_sees_every_statement() -> None:
     """As django-debug-toolbar does: `connection.cursor` answers a cursor of its own
-    while a request is watched; a cursor made before that request is not used in
-    it, although the connection lives on across requests (CONN_MAX_AGE None)."""
-    from django.core.signals import request_finished, request_started
+    while a request is watched; every statement then goes through it, and none
+    once it is taken off."""
     from django.db import connections
 
     connection = connections["default"]  # the alias's own wrapper, as sql.connection() gives
-    monkeypatch.setitem(connection.settings_dict, "CONN_MAX_AGE", None)
-    connection.close()
     made: list[object] = []
     plain = connection.cursor
 
@@ -348,17 +343,26 @@ def test_what_instruments_cursors_per_request_sees_the_statements_of_each_reques
         return cursor
 
     sql.read(connection, f"SELECT value FROM {TABLE}", ())
-    raw = connection.connection
-    request_started.send(sender=None)
-    assert connection.connection is raw
     connection.cursor = watched_cursor  # type: ignore[method-assign]
     try:
         sql.read(connection, f"SELECT value FROM {TABLE}", ())
         sql.write(connection, INSERT, (keys.new_key("q"), b""))
     finally:
         del connection.cursor
-    request_finished.send(sender=None)
-    assert len(made) == 1
+    assert len(made) == 2
     sql.read(connection, f"SELECT value FROM {TABLE}", ())
-    assert len(made) == 1
+    assert len(made) == 2
+
+
+def test_the_driver_path_is_taken_only_when_nothing_watches() -> None:
+    connection.ensure_connection()
+    assert sql.direct(connection)
+    with connection.execute_wrapper(lambda execute, *args: execute(*args)):
+        assert not sql.direct(connection)
+    connection.force_debug_cursor = True
+    try:
+        assert not sql.direct(connection)
+    finally:
+        connection.force_debug_cursor = False
     connection.close()
+    assert not sql.direct(connection)  # Django's cursor connects
