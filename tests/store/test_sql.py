@@ -366,3 +366,25 @@ def test_the_driver_path_is_taken_only_when_nothing_watches() -> None:
         connection.force_debug_cursor = False
     connection.close()
     assert not sql.direct(connection)  # Django's cursor connects
+
+
+def test_with_health_checks_a_connection_lost_since_the_last_request_is_replaced(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """CONN_HEALTH_CHECKS: the first statement of a request finds the connection
+    gone and connects afresh, on the driver path as on Django's cursor."""
+    if connection.vendor == "sqlite":
+        pytest.skip("SQLite's connection always counts as usable")
+    from django.core.signals import request_started
+
+    from tests.backends import backend_id, kill
+
+    monkeypatch.setitem(connection.settings_dict, "CONN_HEALTH_CHECKS", True)
+    monkeypatch.setitem(connection.settings_dict, "CONN_MAX_AGE", None)
+    connection.close()
+    sql.write(connection, INSERT, (keys.new_key("q"), b"\x80"))
+    session = backend_id(connection)
+    request_started.send(sender=None)  # Django: the next cursor checks the connection first
+    kill(session)  # lost between two requests
+    assert sql.read(connection, f"SELECT value FROM {TABLE}", ()) == [(b"\x80",)]
+    connection.close()
