@@ -8,11 +8,12 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import DatabaseError, connection
 
 from deadletter.models import KEY_BYTES
 from deadletter.store import sql
 from deadletter.wire import keys
+from tests.backends import backend_id, kill
 from tests.factories import raw_sql
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -143,3 +144,21 @@ def test_a_connection_lost_under_django_is_the_same_error(watch) -> None:
     driver, django = on_both(watch, lost)
     assert driver == django
     assert driver[0] in {"InterfaceError", "OperationalError", "ProgrammingError"}
+
+
+def test_a_killed_session_is_the_same_error(watch) -> None:
+    if connection.vendor == "sqlite":
+        pytest.skip("SQLite is a file opened in this process: there is no server session to kill")
+
+    def lost() -> Any:
+        kill(backend_id(connection))
+        try:
+            return sql.read(connection, SELECT, ())
+        finally:
+            with contextlib.suppress(DatabaseError):
+                connection.close()
+            connection.ensure_connection()
+
+    driver, django = on_both(watch, lost)
+    assert driver == django
+    assert driver[0] in {"InterfaceError", "OperationalError"}
