@@ -265,8 +265,9 @@ def _driver_cursor(connection: BaseDatabaseWrapper) -> Any:
     """The driver's cursor as the backend makes it for Django's (`create_cursor`:
     MySQL's maps a few errors to `IntegrityError`, PostgreSQL's sets the time zone);
     on SQLite the driver's own, given `?` placeholders (`_driver_sql`) instead of
-    Django's rewriting of every statement."""
-    connection.validate_thread_sharing()
+    Django's rewriting of every statement. Without Django's thread check: every
+    connection a statement runs on is this thread's own (`connections[alias]`,
+    or the private one `detached` makes in this thread)."""
     try:
         if connection.vendor == "sqlite":
             return connection.connection.cursor()
@@ -309,9 +310,12 @@ def _loop_running() -> bool:
 
 def _close(cursor: Any) -> None:
     """Close a driver cursor whatever state its connection is in: on a connection gone,
-    MySQLdb's `close` raises too, which would hide the statement's own error."""
-    with contextlib.suppress(Exception):
+    MySQLdb's `close` raises too, which would hide the statement's own error. Not
+    `contextlib.suppress`, which would cost a statement's Python side a tenth more."""
+    try:
         cursor.close()
+    except Exception:
+        return
 
 
 def after_commit(connection: BaseDatabaseWrapper, signal: Any, **kwargs: Any) -> None:
