@@ -17,6 +17,7 @@ from typing import Any
 
 from django.db import DataError, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.backends.utils import CursorWrapper
 
 from deadletter import signals
 from deadletter.conf import conf
@@ -242,11 +243,19 @@ def read(connection: BaseDatabaseWrapper, sql: str, params: Any) -> list[tuple[A
 def watched(connection: BaseDatabaseWrapper) -> bool:
     """Whether anything looks at this connection's statements: an `execute_wrapper`
     (APM hooks, tests), query logging (`queries_logged`: `force_debug_cursor` or
-    `DEBUG`), or a `cursor` of its own set on the connection (django-debug-toolbar's
-    way)."""
+    `DEBUG`), a `cursor` of its own set on the connection (django-debug-toolbar's
+    and ddtrace's way), or a patch of `CursorWrapper.execute` (Sentry's way)."""
+    execute = CursorWrapper.execute
     return bool(
-        connection.execute_wrappers or connection.queries_logged or "cursor" in vars(connection)
+        connection.execute_wrappers
+        or connection.queries_logged
+        or "cursor" in vars(connection)
+        or execute.__module__ != _DJANGO_CURSORS
+        or hasattr(execute, "__wrapped__")
     )
+
+
+_DJANGO_CURSORS = CursorWrapper.__module__
 
 
 def direct(connection: BaseDatabaseWrapper) -> bool:

@@ -388,3 +388,31 @@ def test_with_health_checks_a_connection_lost_since_the_last_request_is_replaced
     kill(session)  # lost between two requests
     assert sql.read(connection, f"SELECT value FROM {TABLE}", ()) == [(b"\x80",)]
     connection.close()
+
+
+def test_a_patch_of_djangos_cursor_execute_sees_every_statement(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """As Sentry's Django integration does: `CursorWrapper.execute` replaced on the
+    class, with `functools.wraps` or without."""
+    import functools
+
+    from django.db.backends.utils import CursorWrapper
+
+    plain = CursorWrapper.execute
+    seen: list[str] = []
+
+    def bare(self, sql_text, params=None):  # type: ignore[no-untyped-def]
+        seen.append(sql_text)
+        return plain(self, sql_text, params)
+
+    for patch in (bare, functools.wraps(plain)(bare)):
+        monkeypatch.setattr(CursorWrapper, "execute", patch)
+        seen.clear()
+        sql.write(connection, INSERT, (keys.new_key("q"), b""))
+        sql.read(connection, f"SELECT value FROM {TABLE}", ())
+        assert [s.split()[0] for s in seen] == ["INSERT", "SELECT"]
+    monkeypatch.undo()
+    seen.clear()
+    sql.read(connection, f"SELECT value FROM {TABLE}", ())
+    assert seen == []
