@@ -2,7 +2,7 @@
 
 Each operation is a confirmation page (GET) and a POST with CSRF, allowed to
 holders of `deadletter.drain_queuedmessage` only (others get 403); the work
-itself is the drain's (`drain.Drainer`) and the queue's (`queue.fetch_msg`,
+itself is the drain's (`drain.Drainer`) and the queue's (`claims.fetch_msg`,
 which drops an expired message by the queue's own rule), bounded by
 `DEADLETTER_ADMIN_TIME_BUDGET`: a drain's handler still running when it ends
 is given up on.
@@ -24,10 +24,11 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.http import urlencode
 
-from deadletter import drain, queue
+from deadletter import drain
 from deadletter.admin import rows
 from deadletter.conf import conf
-from deadletter.queue import browse, queue_names
+from deadletter.queue import browse, claims
+from deadletter.queue.api import queue_names
 from deadletter.reports import overview, queues, summaries
 from deadletter.store import counters, sql
 from deadletter.wire import keys
@@ -225,7 +226,7 @@ def purge_page(model_admin: QueuedMessageAdmin, request: HttpRequest) -> HttpRes
 
 
 def purge_expired(names: list[str]) -> tuple[int, bool]:
-    """Hand each row parked before the age cutoff to `queue.fetch_msg`, which drops
+    """Hand each row parked before the age cutoff to `claims.fetch_msg`, which drops
     an expired message by the queue's rule (and leaves any other alone); each row
     is its own transaction. Returns (rows dropped, finished within the budget)."""
     deadline = time.monotonic() + conf.ADMIN_TIME_BUDGET
@@ -241,7 +242,7 @@ def purge_expired(names: list[str]) -> tuple[int, bool]:
             for key in found:
                 if time.monotonic() >= deadline:
                     return purged, False
-                if queue.fetch_msg(key) is None and not _exists(key):
+                if claims.fetch_msg(key) is None and not _exists(key):
                     purged += 1
             if len(found) < PURGE_CHUNK:
                 break

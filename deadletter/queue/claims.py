@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
-from django.db import DatabaseError, NotSupportedError, transaction
+from django.db import DatabaseError, Error, NotSupportedError, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from deadletter import signals
@@ -191,6 +191,92 @@ def drop_msg(key: bytes, msg: Message | None, reason: DropReason | str) -> bool:
 def atomic() -> transaction.Atomic:
     """A transaction on the queue's database: claim a row and settle it in one."""
     return transaction.atomic(using=conf.DATABASE)
+
+
+class ClaimTransactions:
+    """The transactions of one source's claims on the queue's connection, one a
+    message (`each()`): its claim, handler and settlement commit together.
+
+    Outside any atomic block the connection leaves autocommit once for the whole
+    source and gets it back at the end, so a message costs no `SET autocommit`
+    pair (two round trips on MySQL/MariaDB): each is an `atomic(savepoint=False)`
+    block, committed or rolled back when it ends. Commit hooks (`on_commit`: the
+    signals, a handler's own) run only after that commit, with autocommit back
+    on, as after any atomic block; the next message leaves it again. Inside a
+    caller's atomic block (a test case's) each message is an `atomic()` of its
+    own, a savepoint.
+    """
+
+    __slots__ = ("_atomic", "_connection", "_kept")
+
+    def __init__(self) -> None:
+        self._connection = sql.connection()
+        self._atomic = transaction.atomic(using=self._connection.alias, savepoint=False)
+        self._kept = False
+
+    def __enter__(self) -> ClaimTransactions:
+        self._kept = not self._connection.in_atomic_block
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        connection = self._connection
+        kept, self._kept = self._kept, False
+        if not kept or connection.connection is None or connection.in_atomic_block:
+            return  # a closed connection is in autocommit again when it reconnects
+        try:
+            if not connection.get_autocommit():
+                connection.set_autocommit(True)
+        except DatabaseError:
+            with contextlib.suppress(DatabaseError):
+                connection.close()  # never left out of autocommit for what comes next
+
+    def each(self) -> contextlib.AbstractContextManager[object]:
+        """One message's transaction."""
+        if not self._kept:
+            return transaction.atomic(using=self._connection.alias)
+        return _Each(self._connection, self._atomic)
+
+
+class _Each:
+    """One message's transaction with the connection out of autocommit: Django's
+    atomic block, so `on_commit` and `set_rollback` work as in any, then the commit
+    or rollback that a block does not do in manual transaction mode."""
+
+    __slots__ = ("_atomic", "_connection")
+
+    def __init__(self, connection: BaseDatabaseWrapper, atomic: transaction.Atomic) -> None:
+        self._connection = connection
+        self._atomic = atomic
+
+    def __enter__(self) -> None:
+        connection = self._connection
+        if connection.get_autocommit():
+            connection.set_autocommit(False)
+        self._atomic.__enter__()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: object, tb: Any) -> None:
+        connection = self._connection
+        self._atomic.__exit__(exc_type, exc, tb)  # type: ignore[arg-type]
+        if connection.in_atomic_block:
+            return  # the block committed on its own: autocommit came back mid-message
+        if exc_type is not None or connection.needs_rollback:
+            self._rollback()
+            return
+        try:
+            connection.commit()
+        except DatabaseError:
+            self._rollback()
+            raise
+        if connection.run_on_commit:
+            connection.set_autocommit(True)  # runs the hooks, as an atomic block's end
+
+    def _rollback(self) -> None:
+        """As an atomic block's end: a connection that cannot roll back is closed."""
+        connection = self._connection
+        try:
+            connection.rollback()
+        except Error:
+            connection.close()
 
 
 @contextlib.contextmanager

@@ -16,7 +16,9 @@ from typing import Any
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from deadletter.conf import conf
-from deadletter.queue import age, last_passes, queue_names
+from deadletter.queue import age
+from deadletter.queue.api import queue_names
+from deadletter.queue.waiting import last_passes
 from deadletter.reports import summaries
 from deadletter.store import sql
 from deadletter.wire import gotime, keys

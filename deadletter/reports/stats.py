@@ -33,8 +33,8 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 
 from deadletter.conf import conf
 from deadletter.models import DROP_TABLE
-from deadletter.queue import last_passes, waiting
 from deadletter.queue.rows import attempts_of
+from deadletter.queue.waiting import last_passes, waiting
 from deadletter.reports import queues as queue_pages
 from deadletter.reports import summaries
 from deadletter.store import scans, sql

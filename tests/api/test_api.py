@@ -16,7 +16,9 @@ from rest_framework.test import APIClient
 
 from deadletter.contrib.tasks import capture
 from deadletter.drain import QueueLock
-from deadletter.queue import fetch_failed_msgs, queue_names, sqlite_file
+from deadletter.queue import fetch_failed_msgs
+from deadletter.queue.api import queue_names
+from deadletter.queue.claims import sqlite_file
 from deadletter.wire import keys
 from deadletter.wire.gotime import GoTime
 from deadletter.wire.messages import Message

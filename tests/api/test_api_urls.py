@@ -10,7 +10,7 @@ from django.core.handlers.asgi import ASGIRequest
 from rest_framework.test import APIClient
 
 from deadletter.api.converters import captured_utf8
-from deadletter.queue import queue_names
+from deadletter.queue.api import queue_names
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

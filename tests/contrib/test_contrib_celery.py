@@ -17,7 +17,8 @@ from django.core.checks import run_checks
 from deadletter import NeedsOperator, drain
 from deadletter.contrib.celery import capture, redrive, redriving
 from deadletter.drain.outcomes import is_held
-from deadletter.queue import fetch_failed_msgs, rewrite_msg, seals, store_failed_msgs
+from deadletter.queue import fetch_failed_msgs, seals, store_failed_msgs
+from deadletter.queue.claims import rewrite_msg
 from deadletter.wire.messages import Message
 from tests.contrib import celery_jobs
 

@@ -26,7 +26,7 @@ from deadletter import drain, queue, signals
 from deadletter.contrib.tasks import capture, framework, inflight, redrive
 from deadletter.drain.outcomes import is_held
 from deadletter.exceptions import NeedsOperator
-from deadletter.queue import seals
+from deadletter.queue import api, claims, seals
 from deadletter.wire.messages import Message
 from tests.contrib.contrib_tasks_env import task_settings
 
@@ -112,7 +112,7 @@ def test_the_api_shows_a_parked_task_like_any_message(
 def test_a_task_that_succeeds_parks_nothing(captured: None) -> None:
     jobs.succeeds.enqueue()
 
-    assert queue.queue_names() == []
+    assert api.queue_names() == []
 
 
 def test_nothing_is_parked_without_opting_in(paths: tuple[str, str]) -> None:
@@ -143,7 +143,7 @@ def test_after_the_cause_is_fixed_a_drain_runs_the_task_and_the_row_is_gone(
     assert drain_tasks() == 0
 
     assert Path(record).read_text() == "again\n"
-    assert queue.queue_names() == []
+    assert api.queue_names() == []
 
 
 def test_a_task_still_failing_stays_queued_with_its_attempts_raised(
@@ -161,7 +161,7 @@ def test_a_task_still_failing_stays_queued_with_its_attempts_raised(
     assert after.msg.extra["LastError"].startswith(
         "TaskFailed: tests.contrib.contrib_tasks_jobs.CauseNotFixed:"
     )
-    assert queue.queue_names() == [QUEUE]
+    assert api.queue_names() == [QUEUE]
 
 
 def test_a_task_it_enqueues_in_turn_is_parked_on_its_own(
@@ -182,7 +182,7 @@ def test_a_task_it_enqueues_in_turn_is_parked_on_its_own(
 def rewrite_as_parked(item: queue.Queued, **changes: Any) -> None:
     """Change a parked task's extra keys as if the capture had parked it so (sealed again)."""
     extra = capture.SEAL.sealed({**item.msg.extra, **changes})
-    queue.rewrite_msg(item.key, item.msg.replace(extra=extra))
+    claims.rewrite_msg(item.key, item.msg.replace(extra=extra))
 
 
 def dropped_reasons() -> list[str]:
@@ -320,7 +320,7 @@ def test_a_task_forged_through_the_rest_api_is_refused_and_never_runs(
     assert drain_tasks() == 0
 
     assert response.status_code == 400
-    assert queue.queue_names() == []
+    assert api.queue_names() == []
     assert not marker.exists()
     assert not tripwire.exists()
 

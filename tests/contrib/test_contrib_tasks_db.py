@@ -18,6 +18,7 @@ from django.test import override_settings
 from deadletter import queue
 from deadletter.contrib.tasks import framework, inflight
 from deadletter.drain.outcomes import is_held
+from deadletter.queue import api
 from deadletter.wire.messages import Message
 from tests.contrib.contrib_tasks_env import task_settings
 from tests.factories import manage_py
@@ -91,7 +92,7 @@ def test_a_task_that_raises_in_the_worker_is_parked_exactly_once(
     assert msg.extra["TaskResultID"] == str(result.id)
     assert msg.extra["TaskKwargs"] == {"label": "w"}
     assert msg.extra["TaskException"] == "tests.contrib.contrib_tasks_jobs.CauseNotFixed"
-    assert queue.queue_names() == [QUEUE]
+    assert api.queue_names() == [QUEUE]
 
 
 def test_after_the_cause_is_fixed_the_drain_and_the_worker_run_it_and_no_row_is_left(
@@ -109,7 +110,7 @@ def test_after_the_cause_is_fixed_the_drain_and_the_worker_run_it_and_no_row_is_
     run_worker(db_backend)
 
     assert Path(record).read_text() == "fixed\n"
-    assert queue.queue_names() == []
+    assert api.queue_names() == []
 
 
 def test_a_task_still_failing_in_the_worker_stays_queued_with_its_attempts_raised(
@@ -127,7 +128,7 @@ def test_a_task_still_failing_in_the_worker_stays_queued_with_its_attempts_raise
         assert again.extra["Attempts"] == attempts
         assert again.queued_at == first.queued_at  # the age limit counts from the first failure
         assert again.extra["TaskResultID"] != first.extra["TaskResultID"]
-        assert queue.queue_names() == [QUEUE]
+        assert api.queue_names() == [QUEUE]
 
 
 def test_a_task_message_parked_by_other_code_is_kept_and_the_worker_has_nothing_to_run(

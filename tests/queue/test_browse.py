@@ -8,7 +8,8 @@ from datetime import timedelta
 import pytest
 
 from deadletter.models import QueuedMessage
-from deadletter.queue import browse, queue_names, store_failed_msgs
+from deadletter.queue import browse, store_failed_msgs
+from deadletter.queue.api import queue_names
 from deadletter.wire import keys
 from deadletter.wire.messages import Message
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from django.db import connection, transaction
 
-from deadletter.queue import claim_failed_msg
+from deadletter.queue.claims import claim_failed_msg
 from tests.drain.drain_harness import claim_held_by_another_thread
 from tests.factories import park
 

@@ -12,7 +12,8 @@ from django.db import connection
 from deadletter import QueueingError
 from deadletter.drain import Drainer
 from deadletter.models import QueuedMessage
-from deadletter.queue import dequeue, fetch_failed_msgs, queue_names, store_failed_msgs
+from deadletter.queue import dequeue, fetch_failed_msgs, store_failed_msgs
+from deadletter.queue.api import queue_names
 from deadletter.reports import overview
 from deadletter.store import counters, sql
 from deadletter.wire import keys

@@ -583,7 +583,7 @@ def test_a_row_over_the_limit_is_left_undecoded_for_an_operator(
         assert subjects(fetch_failed_msgs("q")) == ["before", "after"]
     assert "row too large" in caplog.text and big.hex() in caplog.text
     assert big in row_keys()
-    assert deadletter.queue.fetch_msg(big) is None
+    assert deadletter.queue.claims.fetch_msg(big) is None
     assert big in row_keys()
 
 

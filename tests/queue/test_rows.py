@@ -9,7 +9,8 @@ from django.db import transaction
 
 from deadletter import queue
 from deadletter.models import QueuedMessage
-from deadletter.queue import Dropped, DropReason, rows
+from deadletter.queue import claims, rows
+from deadletter.queue.rows import Dropped, DropReason
 from deadletter.wire import codec, keys
 from deadletter.wire.messages import Message
 
@@ -47,7 +48,7 @@ def test_a_drop_rolled_back_with_its_claim_is_never_told() -> None:
     QueuedMessage.objects.create(key=key, value=b"corrupted cbor data")
     dropped: list[Dropped] = []
     with pytest.raises(RuntimeError), transaction.atomic():
-        assert queue.fetch_msg(key, on_drop=dropped.append) is None
+        assert claims.fetch_msg(key, on_drop=dropped.append) is None
         raise RuntimeError("the claim transaction fails")
     assert dropped == []
     assert QueuedMessage.objects.filter(key=key).exists()
@@ -59,11 +60,11 @@ def test_a_drop_by_the_drain_counts_under_its_reason() -> None:
     from deadletter.store.counters import drop_counts
 
     key = queue.store_failed_msgs("q", Message(subject="refused"))
-    assert queue.drop_msg(key, None, DropReason.PERMANENT)
-    assert not queue.drop_msg(key, None, DropReason.PERMANENT)
+    assert claims.drop_msg(key, None, DropReason.PERMANENT)
+    assert not claims.drop_msg(key, None, DropReason.PERMANENT)
     assert drop_counts(connection, ["q"])["q"]["permanent"] == 1
     with pytest.raises(ValueError):
-        queue.drop_msg(key, None, "lost")
+        claims.drop_msg(key, None, "lost")
 
 
 def _common(key: bytes, value: bytes, max_row_bytes: int = 1 << 20) -> Message | None:

@@ -25,7 +25,7 @@ from deadletter.conf import conf
 from deadletter.contrib.tasks import framework, inflight
 from deadletter.contrib.tasks.checks import check_framework
 from deadletter.drain import LAST_ERROR_LIMIT
-from deadletter.queue import seals
+from deadletter.queue import rows, seals
 from deadletter.queue.rows import ATTEMPTS_KEY, LAST_ERROR_KEY
 from deadletter.wire import codec
 from deadletter.wire.gotime import GoTime
@@ -183,7 +183,7 @@ def park(result: Any, redriven: Message | None = None) -> bytes | None:
     msg = message_of(result)
     name = queue_for(result.task.queue_name)
     if redriven is not None:
-        attempts = (queue.attempts_of(redriven.extra) or 0) + 1
+        attempts = (rows.attempts_of(redriven.extra) or 0) + 1
         msg = msg.replace(queued_at=redriven.queued_at, extra={**msg.extra, ATTEMPTS_KEY: attempts})
         limit = conf.MAX_ATTEMPTS
         if limit is not None and attempts >= limit:

@@ -16,6 +16,7 @@ import contextvars
 from collections.abc import Iterator
 
 from deadletter import queue
+from deadletter.queue import claims
 from deadletter.wire.messages import Message
 
 __all__ = ["LINK_QUEUE", "REDRIVEN_AS", "is_redriving", "link", "note_enqueued", "take_link"]
@@ -71,7 +72,7 @@ def take_link(result_id: str) -> Message | None:
     """The message redriven as `result_id`, its link row removed; None when it
     was not redriven. One index lookup when no redrive is in flight; otherwise
     a scan of the in-flight links only, never of the parked tasks."""
-    if queue.tail_key(LINK_QUEUE) is None:
+    if claims.tail_key(LINK_QUEUE) is None:
         return None
     for item in queue.iter_failed_msgs(LINK_QUEUE):
         if item.msg.extra.get(REDRIVEN_AS) == result_id:
