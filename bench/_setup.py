@@ -58,11 +58,18 @@ def fresh_postgres(name: str, url: str) -> str:
     import psycopg
     from dj_database_url import parse
 
-    fresh = f"{parse(url)['NAME']}_{name}"
+    fresh = fresh_name(parse(url)["NAME"], name)
     with psycopg.connect(autocommit=True, connect_timeout=5, **postgres_conninfo(url)) as admin:
         admin.execute(f'DROP DATABASE IF EXISTS "{fresh}" WITH (FORCE)')
         admin.execute(f'CREATE DATABASE "{fresh}"')
     return url.split("?", 1)[0].rsplit("/", 1)[0] + "/" + fresh
+
+
+def fresh_name(database: str, name: str) -> str:
+    """`<database>_<name>`, with BENCH_DB_SUFFIX after it when set: two runs of one
+    script on one server at once, each on a database of its own (a run drops
+    its database first, and would end the other's sessions)."""
+    return f"{database}_{name}{os.environ.get('BENCH_DB_SUFFIX', '')}"
 
 
 def is_mysql_url(url: str | None) -> bool:
@@ -83,7 +90,7 @@ def fresh_mysql(name: str, url: str) -> str:
     """`django_on_fresh_mysql`'s database, made (dropped first) and not used yet."""
     from dj_database_url import parse
 
-    fresh = f"{parse(url)['NAME']}_{name}"
+    fresh = fresh_name(parse(url)["NAME"], name)
     admin = raw_mysql_connection(url, database=None)
     try:
         cursor = admin.cursor()
