@@ -30,6 +30,7 @@ from deadletter.drain.outcomes import deliver
 from deadletter.drain.report import DrainReport, Outcome
 from deadletter.drain.timeouts import HungHandlers, TimeLimit
 from deadletter.drain.workers import Budget, Guard
+from deadletter.queue.claims import ClaimTransactions
 from deadletter.wire import keys
 
 __all__ = ["SKIPPED", "Delivery", "Pace", "Skip", "Stop", "Take"]
@@ -87,7 +88,9 @@ class Delivery:
     `on_drop` of each message the queue's rules dropped on the way (expired,
     corrupt). With `breakers` a queue's breaker (`policy`) stops its source for
     the rest of the run after that many failed attempts in a row; `orphaned`
-    stops a worker process whose parent is gone.
+    stops a worker process whose parent is gone. On a server the queue's
+    connection stays out of autocommit between two messages of a source (see
+    `ClaimTransactions`; `on_outcome` runs there), unless `autocommit_between`.
     """
 
     handlers: Mapping[str, Loaded]
@@ -100,6 +103,7 @@ class Delivery:
     on_drop: Callable[[Outcome], None] | None = None
     breakers: bool = True
     orphaned: Callable[[], bool] | None = None
+    autocommit_between: bool = False
     claims: bool = dataclasses.field(init=False)
     _failures_in_row: dict[str, int] = dataclasses.field(init=False, default_factory=dict)
 
@@ -112,38 +116,40 @@ class Delivery:
         message it took and then did not hand over (a stop came between), if any.
         A database error passes through, the message in hand left as it was."""
         claimed = self.claims
+        transactions = ClaimTransactions(autocommit_between=self.autocommit_between)
         no_transaction = contextlib.nullcontext()
-        while self.go_on(name):
-            if not self.budget.take():
-                return None
-            if self.pace is not None:
-                self.pace()
-            if self.stop.is_set():
-                self.budget.give_back()
-                return None
-            item: queue.Queued | Skip | None = None
-            try:
-                with queue.atomic() if claimed else no_transaction:
-                    item = take()
-                    seconds = self.handler_time()
-                    if item is None or item is SKIPPED or self.stop.is_set():
-                        self.budget.give_back()
-                        if item is SKIPPED and not self.stop.is_set():
-                            continue
-                        return None if item is SKIPPED else item
-                    loaded = self.handlers[name or keys.queue_of(item.key)]
-                    outcome = deliver(
-                        item,
-                        loaded.handler,
-                        claimed=claimed,
-                        timeout=seconds,
-                        policy=loaded.policy,
-                    )
-            except HungHandlers:
-                self.budget.give_back()
-                self.stop("hung handlers")
-                return item if isinstance(item, queue.Queued) else None
-            self.record(item.key, outcome, name)
+        with transactions if claimed else no_transaction:
+            while self.go_on(name):
+                if not self.budget.take():
+                    return None
+                if self.pace is not None:
+                    self.pace()
+                if self.stop.is_set():
+                    self.budget.give_back()
+                    return None
+                item: queue.Queued | Skip | None = None
+                try:
+                    with transactions.each() if claimed else no_transaction:
+                        item = take()
+                        seconds = self.handler_time()
+                        if item is None or item is SKIPPED or self.stop.is_set():
+                            self.budget.give_back()
+                            if item is SKIPPED and not self.stop.is_set():
+                                continue
+                            return None if item is SKIPPED else item
+                        loaded = self.handlers[name or keys.queue_of(item.key)]
+                        outcome = deliver(
+                            item,
+                            loaded.handler,
+                            claimed=claimed,
+                            timeout=seconds,
+                            policy=loaded.policy,
+                        )
+                except HungHandlers:
+                    self.budget.give_back()
+                    self.stop("hung handlers")
+                    return item if isinstance(item, queue.Queued) else None
+                self.record(item.key, outcome, name)
         return None
 
     def go_on(self, name: str | None = None) -> bool:

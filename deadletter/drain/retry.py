@@ -80,6 +80,7 @@ def redeliver(
         limit=TimeLimit.within(deadline=deadline),
         on_outcome=on_outcome,
         breakers=False,
+        autocommit_between=True,
     )
     db_file = None if delivery.claims else queue.sqlite_file()
     started = time.monotonic()

@@ -204,27 +204,32 @@ class ClaimTransactions:
     signals, a handler's own) run only after that commit, with autocommit back
     on, as after any atomic block; the next message leaves it again. Inside a
     caller's atomic block (a test case's) each message is an `atomic()` of its
-    own, a savepoint.
+    own, a savepoint, and so is each with `autocommit_between` (autocommit stays on
+    between two messages, for code there that writes: the admin's log entries).
     """
 
-    __slots__ = ("_atomic", "_connection", "_kept")
+    __slots__ = ("_autocommit_between", "_connection", "_each", "_kept")
 
-    def __init__(self) -> None:
-        self._connection = sql.connection()
-        self._atomic = transaction.atomic(using=self._connection.alias, savepoint=False)
+    def __init__(self, *, autocommit_between: bool = False) -> None:
+        connection = sql.connection()
+        self._connection = connection
+        self._each = _Each(connection, transaction.atomic(using=connection.alias, savepoint=False))
+        self._autocommit_between = autocommit_between
         self._kept = False
 
     def __enter__(self) -> ClaimTransactions:
-        self._kept = not self._connection.in_atomic_block
+        self._kept = not self._autocommit_between and not self._connection.in_atomic_block
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         connection = self._connection
         kept, self._kept = self._kept, False
         if not kept or connection.connection is None or connection.in_atomic_block:
+            self._each.left = False
             return  # a closed connection is in autocommit again when it reconnects
         try:
-            if not connection.get_autocommit():
+            if self._each.left:
+                self._each.left = False
                 connection.set_autocommit(True)
         except DatabaseError:
             with contextlib.suppress(DatabaseError):
@@ -234,7 +239,7 @@ class ClaimTransactions:
         """One message's transaction."""
         if not self._kept:
             return transaction.atomic(using=self._connection.alias)
-        return _Each(self._connection, self._atomic)
+        return self._each
 
 
 class _Each:
@@ -242,23 +247,24 @@ class _Each:
     atomic block, so `on_commit` and `set_rollback` work as in any, then the commit
     or rollback that a block does not do in manual transaction mode."""
 
-    __slots__ = ("_atomic", "_connection")
+    __slots__ = ("_atomic", "_connection", "left")
 
     def __init__(self, connection: BaseDatabaseWrapper, atomic: transaction.Atomic) -> None:
         self._connection = connection
         self._atomic = atomic
+        self.left = False
+        """Whether this took the connection out of autocommit (and owes it back)."""
 
     def __enter__(self) -> None:
         connection = self._connection
         if connection.get_autocommit():
             connection.set_autocommit(False)
+            self.left = True
         self._atomic.__enter__()
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: object, tb: Any) -> None:
         connection = self._connection
         self._atomic.__exit__(exc_type, exc, tb)  # type: ignore[arg-type]
-        if connection.in_atomic_block:
-            return  # the block committed on its own: autocommit came back mid-message
         if exc_type is not None or connection.needs_rollback:
             self._rollback()
             return
@@ -267,8 +273,13 @@ class _Each:
         except DatabaseError:
             self._rollback()
             raise
-        if connection.run_on_commit:
+        if not connection.run_on_commit:
+            return
+        if self.left:
+            self.left = False
             connection.set_autocommit(True)  # runs the hooks, as an atomic block's end
+        else:
+            connection.run_and_clear_commit_hooks()
 
     def _rollback(self) -> None:
         """As an atomic block's end: a connection that cannot roll back is closed."""
@@ -283,7 +294,8 @@ class _Each:
 def handler_savepoint() -> Iterator[None]:
     """Run a handler inside the claim transaction so that what it wrote on the queue's
     database is undone when it fails (or marks the transaction for rollback), while
-    the claim and the failure's record commit.
+    the claim and the failure's record commit; its `on_commit` callbacks are
+    dropped with them.
 
     The savepoint is made just before the handler's first statement (seen through
     `connection.execute_wrapper`) and left for the commit to release, so a handler
@@ -294,6 +306,7 @@ def handler_savepoint() -> Iterator[None]:
     connection = sql.connection()
     sid: str | None = None
     making = False
+    hooks = len(connection.run_on_commit)
 
     def before_first(execute: Any, text: str, params: Any, many: bool, context: Any) -> Any:
         nonlocal sid, making
@@ -307,6 +320,7 @@ def handler_savepoint() -> Iterator[None]:
 
     def undo() -> None:
         connection.set_rollback(False)  # as atomic's exit does: or nothing may run
+        del connection.run_on_commit[hooks:]  # its on_commit callbacks, made before any savepoint
         if sid is not None:
             try:
                 connection.savepoint_rollback(sid)
