@@ -221,16 +221,18 @@ class ClaimTransactions:
         self._kept = not self._autocommit_between and not self._connection.in_atomic_block
         return self
 
-    def __exit__(self, *exc_info: object) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, *exc_info: object) -> None:
         connection = self._connection
         kept, self._kept = self._kept, False
-        if not kept or connection.connection is None or connection.in_atomic_block:
-            self._each.left = False
+        left, self._each.left = self._each.left, False
+        if not kept or not left or connection.connection is None or connection.in_atomic_block:
             return  # a closed connection is in autocommit again when it reconnects
         try:
-            if self._each.left:
-                self._each.left = False
-                connection.set_autocommit(True)
+            if exc_type is None:
+                connection.commit()  # what ran after the last message (an `on_outcome`)
+            else:
+                connection.rollback()
+            connection.set_autocommit(True)
         except DatabaseError:
             with contextlib.suppress(DatabaseError):
                 connection.close()  # never left out of autocommit for what comes next

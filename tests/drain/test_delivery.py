@@ -17,6 +17,7 @@ from deadletter import signals
 from deadletter.drain import Drainer, Outcome, redeliver
 from deadletter.drain.delivery import Delivery, Stop
 from deadletter.drain.handlers import load_handlers
+from deadletter.drain.options import DrainOptions
 from deadletter.drain.report import DrainReport
 from deadletter.drain.timeouts import TimeLimit
 from deadletter.queue.claims import fetch_msg
@@ -177,6 +178,21 @@ def test_between_messages_a_drain_stays_out_of_autocommit_and_a_retry_does_not(
         ("delivered", "drain", False, False),
         ("delivered", "retry", True, False),
     ]
+    assert connection.get_autocommit()
+
+
+@pytest.mark.parametrize("limit", [None, 2])
+def test_what_on_outcome_writes_between_messages_commits(settings: Any, limit: int | None) -> None:
+    settings.DEADLETTER_HANDLERS = {"q": "tests.drain.test_delivery.quiet_handler"}
+    park("one", "two", "three")
+
+    def write(outcome: Outcome) -> None:
+        written.append(str(outcome))
+        insert_at("side", 1, len(written), Message(subject=f"noted {len(written)}"))
+
+    report = Drainer(options=DrainOptions(limit=limit), on_outcome=write).run()
+    assert report.delivered == (limit or 3)
+    assert parked("side") == [f"noted {n}" for n in range(1, (limit or 3) + 1)]
     assert connection.get_autocommit()
 
 
