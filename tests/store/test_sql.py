@@ -401,6 +401,7 @@ def test_a_patch_of_djangos_cursor_execute_sees_every_statement(
 
     plain = CursorWrapper.execute
     seen: list[str] = []
+    connection.ensure_connection()  # MySQL's connection set-up runs statements of its own
 
     def bare(self, sql_text, params=None):  # type: ignore[no-untyped-def]
         seen.append(sql_text)
