@@ -41,7 +41,8 @@ same goals.
 before/after). BENCH_ROUNDS, BENCH_OPS override the rounds (15) and ops (2,000);
 BENCH_PATHS=park,read-10 runs only those paths; BENCH_QUICK=1 is a smoke run;
 BENCH_CLOCK=cpu times this thread's CPU instead of the wall clock (SQLite only,
-for a busy machine).
+for a busy machine); BENCH_DB_SUFFIX names a server run's databases apart from
+another run's at the same time.
 """
 
 from __future__ import annotations
