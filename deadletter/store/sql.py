@@ -1,5 +1,6 @@
 """The queue table's SQL plumbing: the connection, the statement path (Django's
-cursor, or the driver's when nothing watches), and signals sent once a row change has committed.
+cursor, or the driver's when nothing watches), and signals sent once a row
+change has committed.
 
 Below `queue/`, above the models: nothing here knows the
 queue's rules.
