@@ -225,7 +225,8 @@ def test_every_statement_runs_under_the_servers_default_sql_mode(mode: str, sett
     if connection.vendor != "mysql":
         pytest.skip("sql_mode is MySQL/MariaDB's")
     from deadletter.drain import Drainer
-    from deadletter.queue import dequeue, fetch_failed_msgs, queue_names
+    from deadletter.queue import dequeue, fetch_failed_msgs
+    from deadletter.queue.api import queue_names
     from deadletter.reports import overview, stats
     from deadletter.transfer import ndjson
     from tests.factories import park
