@@ -30,6 +30,8 @@ from deadletter.drain.outcomes import deliver
 from deadletter.drain.report import DrainReport, Outcome
 from deadletter.drain.timeouts import HungHandlers, TimeLimit
 from deadletter.drain.workers import Budget, Guard
+from deadletter.queue import claims as queue_claims
+from deadletter.queue import rows
 from deadletter.queue.claims import ClaimTransactions
 from deadletter.wire import keys
 
@@ -108,7 +110,7 @@ class Delivery:
     _failures_in_row: dict[str, int] = dataclasses.field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.claims = queue.can_claim_rows()
+        self.claims = queue_claims.can_claim_rows()
 
     def hand_over(self, take: Take, name: str | None = None) -> queue.Queued | None:
         """Hand over what `take` gives, each message to its queue's handler, until it
@@ -185,7 +187,7 @@ class Delivery:
         if self.limit.spent():  # the budget ran out on this message: say so
             self.stop("time budget")
 
-    def dropped(self, dropped: queue.Dropped) -> None:
+    def dropped(self, dropped: rows.Dropped) -> None:
         """A message the queue's rules dropped on the way (an `OnDrop`): it counts
         in the report once the drop has committed."""
         outcome = Outcome(str(dropped.reason))

@@ -15,6 +15,7 @@ from deadletter.drain.policy import Policy, held_wait
 from deadletter.drain.report import Outcome
 from deadletter.drain.timeouts import HungHandlers, call_within
 from deadletter.exceptions import NeedsOperator, PermanentFailure
+from deadletter.queue import claims
 from deadletter.queue.claims import dequeue_claimed, handler_savepoint
 from deadletter.queue.rows import ATTEMPTS_KEY, LAST_ERROR_KEY, DropReason
 from deadletter.wire import keys
@@ -96,7 +97,7 @@ def deliver(
         return _settle(
             item,
             Outcome.PERMANENT,
-            lambda: queue.drop_msg(item.key, item.msg, DropReason.PERMANENT),
+            lambda: claims.drop_msg(item.key, item.msg, DropReason.PERMANENT),
         )
     except NeedsOperator as exc:
         return _held(item, exc, policy)
@@ -113,7 +114,7 @@ def deliver(
             queue.dequeue(item.key)
         return Outcome.DELIVERED
     remainder = result.replace(queued_at=item.msg.queued_at or result.queued_at)
-    return _settle(item, Outcome.REQUEUED, lambda: queue.replace_msg(item.key, remainder))
+    return _settle(item, Outcome.REQUEUED, lambda: claims.replace_msg(item.key, remainder))
 
 
 def _failed(
@@ -137,7 +138,7 @@ def _failed(
         return _settle(
             item,
             Outcome.MAX_ATTEMPTS,
-            lambda: queue.drop_msg(item.key, msg, DropReason.MAX_ATTEMPTS),
+            lambda: claims.drop_msg(item.key, msg, DropReason.MAX_ATTEMPTS),
         )
     wait = policy.wait_seconds(attempts) if policy is not None else None
     due_at = None if wait is None else datetime.now(UTC) + timedelta(seconds=wait)
@@ -149,7 +150,7 @@ def _failed(
         error,
         due_at.isoformat() if due_at is not None else "now",
     )
-    _settle(item, Outcome.FAILED, lambda: queue.rewrite_msg(item.key, msg, due_at=due_at))
+    _settle(item, Outcome.FAILED, lambda: claims.rewrite_msg(item.key, msg, due_at=due_at))
     return Outcome.FAILED
 
 
@@ -169,7 +170,7 @@ def _held(item: queue.Queued, exc: NeedsOperator, policy: Policy | None) -> Outc
         due_at.isoformat(),
     )
     msg = item.msg.replace(extra=extra)
-    return _settle(item, Outcome.HELD, lambda: queue.rewrite_msg(item.key, msg, due_at=due_at))
+    return _settle(item, Outcome.HELD, lambda: claims.rewrite_msg(item.key, msg, due_at=due_at))
 
 
 def _settle(item: queue.Queued, outcome: Outcome, write: Callable[[], object]) -> Outcome:

@@ -16,6 +16,7 @@ from deadletter.drain.handlers import load_handlers
 from deadletter.drain.locking import QueueLock
 from deadletter.drain.report import DrainReport, Outcome
 from deadletter.drain.timeouts import TimeLimit
+from deadletter.queue import claims
 from deadletter.store import reconnect, sql
 from deadletter.wire import keys
 
@@ -38,7 +39,7 @@ class _Chosen:
             return None
         key = self._keys[self._next]
         self._next += 1
-        item = queue.fetch_msg(key, on_drop=self._delivery.dropped)
+        item = claims.fetch_msg(key, on_drop=self._delivery.dropped)
         return SKIPPED if item is None else item
 
     def left(self) -> int:
@@ -82,7 +83,7 @@ def redeliver(
         breakers=False,
         autocommit_between=True,
     )
-    db_file = None if delivery.claims else queue.sqlite_file()
+    db_file = None if delivery.claims else claims.sqlite_file()
     started = time.monotonic()
     lock: contextlib.AbstractContextManager[object] = (
         QueueLock(db_file, names, wait=wait) if db_file and names else contextlib.nullcontext()

@@ -7,7 +7,7 @@ write. PostgreSQL and MySQL/MariaDB claim each row `FOR UPDATE SKIP LOCKED` in
 the transaction that settles it, so drains share a queue (`workers` processes
 here, or drains elsewhere) and a drain that dies releases its row.
 
-Each queue is walked twice per pass (`queue.waiting`): the messages no backoff
+Each queue is walked twice per pass (`waiting.waiting`): the messages no backoff
 holds, in key order, then the retries whose backoff ended before the pass
 began; a message still waiting is never read. A queue's breaker (`policy`)
 ends its walk after that many failed attempts in a row.
@@ -37,6 +37,7 @@ from deadletter.drain.options import DrainOptions
 from deadletter.drain.report import DrainReport, Outcome
 from deadletter.drain.timeouts import TimeLimit, configured_handler_timeout
 from deadletter.drain.workers import Budget, Cursor, Guard, Worker, WorkerPool
+from deadletter.queue import claims, waiting
 from deadletter.store import reconnect, sql
 
 __all__ = ["PROGRESS_EVERY", "Drainer"]
@@ -74,11 +75,11 @@ class Drainer:
         handler_timeout = configured_handler_timeout()
         self.handlers = load_handlers(queues)
         self.queues = list(self.handlers)
-        self.claims = queue.can_claim_rows()
+        self.claims = claims.can_claim_rows()
         if options.workers > 1 and not self.claims:
             raise DrainConfigError(
                 f"--workers {options.workers} needs PostgreSQL or MySQL/MariaDB: "
-                f"{queue.database_vendor()} cannot lock single rows (no SELECT ... FOR UPDATE "
+                f"{claims.database_vendor()} cannot lock single rows (no SELECT ... FOR UPDATE "
                 "SKIP LOCKED), so only one drain may walk a queue at a time; run one worker, "
                 "or move the queue to PostgreSQL, MariaDB >= 10.6 or MySQL >= 8.0.1 to scale out"
             )
@@ -142,19 +143,21 @@ class Drainer:
     def pending(self) -> int | None:
         """Rows the run would visit now: a progress bar's total (None if unknown)."""
         try:
-            return sum(queue.count_rows(name, self._tail(name)) for name in self.queues)
+            return sum(claims.count_rows(name, self._tail(name)) for name in self.queues)
         except DatabaseError:
             return None
 
-    def preview(self) -> Iterator[tuple[str, str, queue.Preview]]:
+    def preview(self) -> Iterator[tuple[str, str, claims.Preview]]:
         """(queue, handler path, preview) for what a run would do, reading only;
         `limit` counts the messages that would be handed over."""
         left = self.options.limit
         now = datetime.now(UTC)
         for name in self.queues:
             path = self.handlers[name].path
-            held = {} if self.options.ignore_backoff else dict(queue.waiting_keys(name, now, None))
-            for item in queue.preview_failed_msgs(name, batch_size=self.options.batch_size):
+            held = (
+                {} if self.options.ignore_backoff else dict(waiting.waiting_keys(name, now, None))
+            )
+            for item in claims.preview_failed_msgs(name, batch_size=self.options.batch_size):
                 if item.verdict == "deliver" and item.key in held:
                     yield (
                         name,
@@ -224,7 +227,7 @@ class Drainer:
         if self._worker is not None or report.aborted_by:
             return
         try:
-            queue.record_passes(self.queues, report.paused, datetime.now(UTC))
+            waiting.record_passes(self.queues, report.paused, datetime.now(UTC))
         except DatabaseError:
             logger.exception("drain could not record its pass")
             self._close_if_lost()
@@ -301,10 +304,10 @@ class Drainer:
         retry is due if its wait ended before it) and the messages that wait."""
         self._pass_start = datetime.now(UTC)
         try:
-            self._until = {name: queue.tail_key(name) for name in self.queues}
+            self._until = {name: claims.tail_key(name) for name in self.queues}
             for name in self.queues:
                 if self._until[name] is not None:
-                    held = queue.waiting(name, self._pass_start)
+                    held = waiting.waiting(name, self._pass_start)
                     report.add_waiting(held.count, held.next_due)
         except DatabaseError:
             logger.exception("drain cannot read the queues")
@@ -315,11 +318,11 @@ class Drainer:
 
     def _tail(self, name: str) -> bytes | None:
         if name not in self._until:
-            self._until[name] = queue.tail_key(name)
+            self._until[name] = claims.tail_key(name)
         return self._until[name]
 
     def _queue_lock(self) -> contextlib.AbstractContextManager[object]:
-        db_file = None if self.claims else queue.sqlite_file()
+        db_file = None if self.claims else claims.sqlite_file()
         if db_file is None:
             return contextlib.nullcontext()
         return QueueLock(db_file, self.queues, wait=self.options.wait, stop=self._stop)
@@ -365,7 +368,7 @@ class Drainer:
         cursor = self._cursors.setdefault(name, Cursor(self._guard))
 
         def claim(after: bytes | None) -> queue.Queued | None:
-            return queue.claim_failed_msg(
+            return claims.claim_failed_msg(
                 name, after=after, until=until, on_drop=delivery.dropped, due_now=due_now
             )
 
@@ -379,7 +382,7 @@ class Drainer:
         if not self.claims:
             return _up_to(
                 until,
-                queue.due_retries(
+                waiting.due_retries(
                     name,
                     self._pass_start,
                     until=until,
@@ -387,11 +390,11 @@ class Drainer:
                     on_drop=delivery.dropped,
                 ),
             )
-        after: queue.RetryCursor | None = None
+        after: waiting.RetryCursor | None = None
 
         def take() -> queue.Queued | None:
             nonlocal after
-            item, after = queue.claim_due_retry(
+            item, after = waiting.claim_due_retry(
                 name, self._pass_start, after=after, until=until, on_drop=delivery.dropped
             )
             return item

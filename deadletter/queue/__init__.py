@@ -5,7 +5,8 @@ job: `api` (the public calls: store, fetch, iterate, dequeue, remove, their
 async twins), `rows` (the rules a read applies: age, split, stamp, drop;
 `DropReason`), `claims` (what the drain needs to claim and settle a message),
 `browse` (rows as they are, for operators), `age`, `causes`, `legacy` and
-`seals`. The public calls are importable from here.
+`seals`. The public calls, and only they, are importable from here; the drain,
+the admin and the contrib apps import the rest from the module that defines it.
 """
 
 from __future__ import annotations
@@ -22,58 +23,12 @@ from deadletter.queue.api import (
     dequeue,
     fetch_failed_msgs,
     iter_failed_msgs,
-    page_sql,
-    queue_names,
     remove_msg,
     store_failed_msgs,
 )
-from deadletter.queue.claims import (
-    Preview,
-    atomic,
-    can_claim_rows,
-    claim_failed_msg,
-    claiming,
-    count_rows,
-    database_vendor,
-    drop_msg,
-    fetch_msg,
-    preview_failed_msgs,
-    replace_msg,
-    rewrite_msg,
-    sqlite_file,
-    tail_key,
-)
-from deadletter.queue.rows import (
-    ATTEMPTS_KEY,
-    LAST_ERROR_KEY,
-    Dropped,
-    DropReason,
-    OnDrop,
-    Queued,
-    QueueingError,
-    attempts_of,
-    insert_value,
-)
-from deadletter.queue.waiting import (
-    RetryCursor,
-    Waiting,
-    claim_due_retry,
-    due_retries,
-    last_passes,
-    record_passes,
-    waiting,
-    waiting_keys,
-)
+from deadletter.queue.rows import Queued, QueueingError
 
 __all__ = [
-    "RetryCursor",
-    "Waiting",
-    "claim_due_retry",
-    "due_retries",
-    "last_passes",
-    "record_passes",
-    "waiting",
-    "waiting_keys",
     "MAX_QUEUE_AGE",  # the module's __getattr__: the setting, read when asked
     "Queued",
     "QueueingError",
@@ -88,32 +43,6 @@ __all__ = [
     "remove_msg",
     "store_failed_msgs",
 ]
-
-_DRAIN_SIDE = (  # importable from here for the drain, the admin and the contrib apps
-    attempts_of,
-    ATTEMPTS_KEY,
-    LAST_ERROR_KEY,
-    Dropped,
-    DropReason,
-    OnDrop,
-    Preview,
-    atomic,
-    can_claim_rows,
-    claim_failed_msg,
-    claiming,
-    count_rows,
-    database_vendor,
-    drop_msg,
-    fetch_msg,
-    insert_value,
-    page_sql,
-    preview_failed_msgs,
-    queue_names,
-    replace_msg,
-    rewrite_msg,
-    sqlite_file,
-    tail_key,
-)
 
 
 def __getattr__(name: str) -> Any:

@@ -171,7 +171,7 @@ def claim_held_by_another_thread(queue: str) -> Iterator[bytes]:
     would, until the block ends; yields the claimed key."""
     from django.db import connections
 
-    from deadletter.queue import claiming
+    from deadletter.queue.claims import claiming
 
     held, release = threading.Event(), threading.Event()
     claimed: list[bytes] = []

@@ -19,9 +19,9 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from deadletter import queue
 from deadletter.models import QueuedMessage
-from deadletter.queue import claim_failed_msg, claiming, fetch_failed_msgs
+from deadletter.queue import api, fetch_failed_msgs
+from deadletter.queue.claims import claim_failed_msg, claiming
 from deadletter.wire import codec, keys
 from deadletter.wire.messages import Message
 from tests.drain.drain_harness import (
@@ -91,7 +91,7 @@ def test_the_queue_range_scan_and_the_claim_use_the_primary_key_index(server_db:
     for name in ("a", "q", "z"):
         bulk_park(name, 5000)
     low, high = keys.queue_bounds("q")
-    page = (queue.page_sql(connection, True, 1000), (low, high))  # iter_failed_msgs' read
+    page = (api.page_sql(connection, True, 1000), (low, high))  # iter_failed_msgs' read
     with CaptureQueriesContext(connection) as ctx, claiming("q", after=low):
         pass
     (claim,) = [(q["sql"], ()) for q in ctx.captured_queries if "SKIP LOCKED" in q["sql"]]
