@@ -13,7 +13,7 @@ from django.http import HttpResponseNotFound
 from django.templatetags.static import static
 from django.urls import NoReverseMatch, reverse
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
-from drf_spectacular.generators import SchemaGenerator
+from drf_spectacular.generators import EndpointEnumerator, SchemaGenerator
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -30,15 +30,14 @@ SCHEMA_SETTINGS: dict[str, Any] = {
 }
 
 
-class DeadletterSchemaGenerator(SchemaGenerator):
+class DeadletterEndpoints(EndpointEnumerator):
     """Only this API's endpoints, whatever else the project's URLs serve, and each
     once: at its first mount when the project mounts the API twice."""
 
-    def _initialise_endpoints(self) -> None:
-        super()._initialise_endpoints()
+    def get_api_endpoints(self, patterns: Any = None, prefix: str = "") -> list[Any]:
         seen: set[tuple[type, str]] = set()
         kept = []
-        for endpoint in self.endpoints:
+        for endpoint in super().get_api_endpoints(patterns, prefix):
             cls = getattr(endpoint[3], "cls", None)
             if cls is None or not issubclass(cls, DeadletterView) or not cls.in_schema:
                 continue
@@ -47,7 +46,13 @@ class DeadletterSchemaGenerator(SchemaGenerator):
             if cls.__module__.startswith("deadletter.api."):
                 seen.add((cls, endpoint[2]))
                 kept.append(endpoint)
-        self.endpoints = kept
+        return kept
+
+
+class DeadletterSchemaGenerator(SchemaGenerator):
+    """The schema of `DeadletterEndpoints`."""
+
+    endpoint_inspector_cls = DeadletterEndpoints
 
 
 class SchemaView(DeadletterView, SpectacularAPIView):
