@@ -9,11 +9,19 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from django.db import connections, transaction
+from django.db import connections
 
 __all__ = ["outside_request_transactions"]
 
 _V = TypeVar("_V", bound=Callable[..., Any])
+
+
+class _EveryAlias(set[str]):
+    """A `_non_atomic_requests` mark that holds every alias, those configured
+    after the view was decorated too: Django asks it with `alias in mark`."""
+
+    def __contains__(self, alias: object) -> bool:
+        return True
 
 
 def outside_request_transactions(view: _V) -> _V:
@@ -22,6 +30,5 @@ def outside_request_transactions(view: _V) -> _V:
     settled. Put it on the function the URL resolver returns (admin views: the
     method `admin_view` wraps; class-based views: `dispatch`, which `as_view`
     copies it from)."""
-    for alias in connections:
-        view = transaction.non_atomic_requests(using=alias)(view)
+    view._non_atomic_requests = _EveryAlias(connections)  # type: ignore[attr-defined]
     return view
