@@ -267,6 +267,7 @@ def test_the_overview_and_a_message_page_fit_with_the_sidebar_open(
     page.evaluate("localStorage.setItem('django.admin.navSidebarIsOpen', 'true')")
     open_changelist(page)
     page.get_by_role("link", name="Queue overview").first.click()
+    page.wait_for_url("**/overview/")  # the changelist has a sidebar too: wait for the page
     expect(page.locator("#nav-sidebar")).to_be_visible()
     overview = page.evaluate("document.documentElement.scrollWidth")
     assert overview <= width, f"the overview is {overview} px wide at {width}"
@@ -274,6 +275,7 @@ def test_the_overview_and_a_message_page_fit_with_the_sidebar_open(
     assert last is not None and last["x"] + last["width"] <= width  # "failures by cause"
     open_changelist(page)
     page.locator("#result_list tbody tr").first.locator("th a").click()
+    expect(page.get_by_role("button", name="Retry now")).to_be_visible()  # the page has come
     message = page.evaluate("document.documentElement.scrollWidth")
     assert message <= width, f"the message page is {message} px wide at {width}"
     retry = page.get_by_role("button", name="Retry now").bounding_box()
