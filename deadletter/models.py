@@ -23,6 +23,8 @@ WARNING_TABLE = "deadletter_expirywarning"
 # The longest key the app writes: a queue name of `MAX_QUEUE_NAME_BYTES`, a NUL,
 # two 8-byte numbers. The column's bound on MySQL/MariaDB (`HexKeyField.db_type`).
 KEY_BYTES = keys.MAX_QUEUE_NAME_BYTES + 17
+# The longest word the search index keeps; a longer one is indexed by its start.
+TERM_CHARS = 64
 
 
 class HexKey(bytes):
@@ -164,6 +166,11 @@ class QueuedMessage(models.Model):
     # written with its failed attempt; NULL: due now. The (due_at, key) index
     # lets a drain walk the due rows of a queue without reading the waiting ones.
     due_at = models.DateTimeField(null=True, blank=True, editable=False)
+    # 1 while the row's words are not yet in `SearchTerm` (`queue.search.index`):
+    # the database's default marks every INSERT, whoever writes it (a park, the
+    # split, a kv import, a load, a move), and every UPDATE of `value` sets it again;
+    # the indexer clears it. NULL: indexed. A park writes no posting of its own.
+    search_pending = models.SmallIntegerField(null=True, blank=True, editable=False, db_default=1)
 
     objects = QueuedMessageQuerySet.as_manager()
 
@@ -172,10 +179,15 @@ class QueuedMessage(models.Model):
             # A row parked and not yet failed in a drain has no signature: no entry.
             NotNullIndex(fields=["signature", "key"], name="deadletter_signature_key"),
             models.Index(fields=["due_at", "key"], name="deadletter_due_key"),
+            # Only the rows waiting for the indexer have an entry.
+            NotNullIndex(fields=["search_pending", "key"], name="deadletter_search_pending"),
         ]
         verbose_name = "queued message"
         verbose_name_plural = "queued messages"
-        permissions = [("drain_queuedmessage", "Can hand queued messages back to their handler")]
+        permissions = [
+            ("drain_queuedmessage", "Can hand queued messages back to their handler"),
+            ("redrive_queuedmessage", "Can start and cancel redrives of queued messages"),
+        ]
 
     def __str__(self) -> str:
         """The queue and when the row was parked (UTC, to the microsecond, so two
@@ -207,6 +219,85 @@ class QueuedMessage(models.Model):
     def enqueued_at(self) -> datetime | None:
         """When the row was written, from its key; None for a legacy aggregate row."""
         return keys.written_at(self.key_bytes)
+
+
+class SearchTerm(models.Model):
+    """One word of a parked row (`queue.search.terms`): the search's index.
+
+    Written by the indexer from the rows marked `search_pending`, in batches, so a
+    park pays for none of it. A posting may outlive its row (a delivery deletes
+    the row alone; the sweep removes the posting later) or describe an older
+    value of it: a search joins the live row and checks each match against the
+    message itself, so the index only narrows and never decides.
+    """
+
+    pk = models.CompositePrimaryKey("term", "key")
+    term = ExactTextField(max_length=TERM_CHARS)
+    key = HexKeyField(max_length=KEY_BYTES)
+
+    class Meta:
+        app_label = "deadletter"
+
+    def __str__(self) -> str:
+        return f"{self.term} {bytes(self.key).hex()}"
+
+
+class Redrive(models.Model):
+    """A stored redrive: the messages of `queue` a filter matched when it was
+    planned, handed back to their handler (or moved to `destination`) at a rate,
+    resumable from `cursor` after a crash.
+
+    The plan is bounded by `until` (the queue's tail key when it was counted):
+    what is parked later is not in it. Counts are written as the run goes, so the
+    admin and the API show progress another process makes.
+    """
+
+    class Status(models.TextChoices):
+        PLANNED = "planned"
+        RUNNING = "running"
+        FINISHED = "finished"
+        STOPPED = "stopped"
+        CANCELLED = "cancelled"
+        FAILED = "failed"
+
+    queue = ExactTextField(max_length=keys.MAX_QUEUE_NAME_BYTES)
+    search = models.TextField(blank=True, default="")
+    # Bounds on the first failure (`QueuedAt`), as `--after` / `--before` give them.
+    after = models.DateTimeField(null=True, blank=True)
+    before = models.DateTimeField(null=True, blank=True)
+    destination = ExactTextField(max_length=keys.MAX_QUEUE_NAME_BYTES, null=True, blank=True)
+    rate = models.FloatField(null=True, blank=True)
+    ramp = models.JSONField(default=list, blank=True)
+    stop_after = models.FloatField(null=True, blank=True)
+    ignore_backoff = models.BooleanField(default=False)
+    concurrency = models.PositiveIntegerField(default=1)
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.PLANNED)
+    reason = models.TextField(blank=True, default="")
+    started_by = models.CharField(max_length=150, blank=True, default="")
+    until = HexKeyField(max_length=KEY_BYTES, null=True, blank=True)
+    cursor = HexKeyField(max_length=KEY_BYTES, null=True, blank=True)
+    matched = models.BigIntegerField(default=0)
+    delivered = models.BigIntegerField(default=0)
+    failed = models.BigIntegerField(default=0)
+    dropped = models.BigIntegerField(default=0)
+    moved = models.BigIntegerField(default=0)
+    remaining = models.BigIntegerField(default=0)
+    created_at = models.DateTimeField()
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    # Who runs it now (`host:pid`) and when it last wrote: a runner that stopped
+    # writing is gone, and `--resume` or the service takes the redrive over.
+    runner = models.CharField(max_length=200, blank=True, default="")
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        app_label = "deadletter"
+        ordering = ["-id"]
+        indexes = [models.Index(fields=["status", "id"], name="deadletter_redrive_status")]
+
+    def __str__(self) -> str:
+        target = f" to {self.destination}" if self.destination else ""
+        return f"redrive {self.pk} of {self.queue}{target} ({self.status})"
 
 
 class DropCount(models.Model):
@@ -268,4 +359,6 @@ __all__ = [
     "QueuedMessage",
     "QueuedMessageQuerySet",
     "QueuePass",
+    "Redrive",
+    "SearchTerm",
 ]

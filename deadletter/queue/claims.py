@@ -117,7 +117,8 @@ def rewrite_msg(key: bytes, msg: Message, *, due_at: datetime | None = None) -> 
                 connection,
                 sql.statement(
                     connection,
-                    "UPDATE {table} SET value = %s, signature = %s, due_at = %s WHERE {key} = %s",
+                    "UPDATE {table} SET value = %s, signature = %s, due_at = %s, search_pending = 1"
+                    " WHERE {key} = %s",
                 ),
                 (
                     value,

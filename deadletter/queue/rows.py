@@ -369,7 +369,7 @@ def _rewrite_row(
         cursor.execute(
             sql.statement(
                 connection,
-                "UPDATE {table} SET value = %s WHERE {key} = %s AND value = %s",
+                "UPDATE {table} SET value = %s, search_pending = 1 WHERE {key} = %s AND value = %s",
                 table=table,
             ),
             (codec.encode_one(live[0]), key, old_value),
