@@ -11,6 +11,15 @@ locked `FOR UPDATE SKIP LOCKED` while its handler runs and a drain that dies
 releases it. SQLite has no row locks: a source there reads with no transaction
 open (the queue's lock file keeps other drains out) and each outcome is its own
 short write.
+
+With `concurrency` above 1 up to that many handlers run at once, each in a thread
+(`concurrency.Lanes`), while the caller's thread starts them one by one in key
+order, under the same budget, pace, breaker and stop, and records each outcome.
+On SQLite the caller's thread also reads and settles every message (one
+connection writes); a lane only calls the handler, and what it returned or
+raised is replayed into `deliver` there. On a server each lane claims, handles
+and settles in claim transactions of its own connection, as above; the caller
+waits for each claimed message's handler to start before the next claim.
 """
 
 from __future__ import annotations
@@ -20,20 +29,24 @@ import dataclasses
 import enum
 import logging
 import os
+import queue as queues
 import threading
 import time
 from collections.abc import Callable, Mapping
 
 from deadletter import queue
-from deadletter.drain.handlers import Loaded
+from deadletter.drain.concurrency import MAX_CONCURRENCY, Lanes
+from deadletter.drain.errors import DrainAborted, DrainConfigError
+from deadletter.drain.handlers import Handler, Loaded
 from deadletter.drain.outcomes import deliver
 from deadletter.drain.report import DrainReport, Outcome
-from deadletter.drain.timeouts import HungHandlers, TimeLimit
+from deadletter.drain.timeouts import HungHandlers, TimeLimit, call_within
 from deadletter.drain.workers import Budget, Guard
 from deadletter.queue import claims as queue_claims
 from deadletter.queue import rows
 from deadletter.queue.claims import ClaimTransactions
 from deadletter.wire import keys
+from deadletter.wire.messages import Message
 
 __all__ = ["SKIPPED", "Delivery", "Pace", "Skip", "Stop", "Take"]
 
@@ -93,6 +106,9 @@ class Delivery:
     stops a worker process whose parent is gone. On a server the queue's
     connection stays out of autocommit between two messages of a source (see
     `ClaimTransactions`; `on_outcome` runs there), unless `autocommit_between`.
+    With `concurrency` above 1 up to that many messages are in hand at once
+    (`_hand_over_together`); `on_outcome` and `on_drop` are still called one at a
+    time.
     """
 
     handlers: Mapping[str, Loaded]
@@ -106,10 +122,15 @@ class Delivery:
     breakers: bool = True
     orphaned: Callable[[], bool] | None = None
     autocommit_between: bool = False
+    concurrency: int = 1
     claims: bool = dataclasses.field(init=False)
     _failures_in_row: dict[str, int] = dataclasses.field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
+        if not 1 <= self.concurrency <= MAX_CONCURRENCY:
+            raise DrainConfigError(
+                f"concurrency must be from 1 to {MAX_CONCURRENCY}, got {self.concurrency}"
+            )
         self.claims = queue_claims.can_claim_rows()
 
     def hand_over(self, take: Take, name: str | None = None) -> queue.Queued | None:
@@ -117,6 +138,8 @@ class Delivery:
         gives None, the run stops, or the breaker pauses queue `name`. Returns the
         message it took and then did not hand over (a stop came between), if any.
         A database error passes through, the message in hand left as it was."""
+        if self.concurrency > 1:
+            return self._hand_over_together(take, name)
         claimed = self.claims
         transactions = ClaimTransactions(autocommit_between=self.autocommit_between)
         no_transaction = contextlib.nullcontext()
@@ -152,6 +175,145 @@ class Delivery:
                     self.stop("hung handlers")
                     return item if isinstance(item, queue.Queued) else None
                 self.record(item.key, outcome, name)
+        return None
+
+    def _hand_over_together(self, take: Take, name: str | None) -> queue.Queued | None:
+        """`hand_over` with up to `concurrency` messages in hand at once: each started
+        here in key order, once the one before it is in its handler's hands, after
+        the same checks (stop, breaker, time budget, `--limit`, pace); each outcome
+        recorded here as its handler ends, so they may end out of order. A stop or
+        an opened breaker starts no new message and waits for those in hand. An
+        error (a database's, a handler's `BaseException`) passes through once the
+        others in hand are settled; an abort (`DrainAborted`) passes through at
+        once, the messages in hand left as they are."""
+        done: queues.SimpleQueue[_Job] = queues.SimpleQueue()
+        in_hand = 0
+        failure: BaseException | None = None
+        untaken: queue.Queued | None = None
+        with Lanes(self.concurrency, self._lane_context) as lanes:
+            while failure is None:
+                while in_hand and not done.empty():
+                    failure = self._finish(done.get(), name) or failure
+                    in_hand -= 1
+                if failure is not None or not self.go_on(name):
+                    break
+                if in_hand >= self.concurrency:
+                    failure = self._finish(done.get(), name)
+                    in_hand -= 1
+                    continue
+                if not self.budget.take():
+                    break
+                if self.pace is not None:
+                    self.pace()
+                if self.stop.is_set():
+                    self.budget.give_back()
+                    break
+                job = self._start(lanes, take, name, done, in_hand + 1)
+                if job.handed:
+                    in_hand += 1
+                    continue
+                self.budget.give_back()
+                if isinstance(job.raised, HungHandlers):
+                    self.stop("hung handlers")
+                elif job.raised is not None:
+                    failure = job.raised
+                elif job.item is SKIPPED and not self.stop.is_set():
+                    continue
+                untaken = job.item if isinstance(job.item, queue.Queued) else None
+                break
+            while in_hand:
+                failure = self._finish(done.get(), name) or failure
+                in_hand -= 1
+        if failure is not None:
+            raise failure
+        return untaken
+
+    def _start(
+        self,
+        lanes: Lanes[ClaimTransactions | None],
+        take: Take,
+        name: str | None,
+        done: queues.SimpleQueue[_Job],
+        busy: int,
+    ) -> _Job:
+        """Take the next message and start its handler in a lane; returns once the
+        handler began (`handed`) or it is known that none will (nothing taken, a
+        stop, an error in `raised`). On SQLite the message is taken here, on a
+        server the lane claims it in its own transaction."""
+        job = _Job()
+        if self.claims:
+            lanes.submit(lambda lane: self._claim(lane, job, take, name, done), busy=busy)
+            job.started.wait()
+            return job
+        try:
+            job.item = item = take()
+        except Exception as exc:  # a database error: raised once those in hand are settled
+            job.raised = exc
+            return job
+        seconds = self.handler_time()
+        if item is None or item is SKIPPED or self.stop.is_set():
+            return job
+        handler = self.handlers[name or keys.queue_of(item.key)].handler
+        lanes.submit(lambda lane: _call(job, handler, seconds, done), busy=busy)
+        job.started.wait()
+        return job
+
+    def _lane_context(self) -> contextlib.AbstractContextManager[ClaimTransactions | None]:
+        """A lane's own claim transactions on a server (its thread's connection)."""
+        if self.claims:
+            return ClaimTransactions(autocommit_between=self.autocommit_between)
+        return contextlib.nullcontext()
+
+    def _claim(
+        self,
+        transactions: ClaimTransactions | None,
+        job: _Job,
+        take: Take,
+        name: str | None,
+        done: queues.SimpleQueue[_Job],
+    ) -> None:
+        """In a lane, on a server: claim the next message, hand it over and settle it
+        in one transaction of the lane's connection, as `hand_over` does."""
+        assert transactions is not None
+        try:
+            with transactions.each():
+                job.item = item = take()
+                seconds = self.handler_time()
+                if item is None or item is SKIPPED or self.stop.is_set():
+                    return
+                loaded = self.handlers[name or keys.queue_of(item.key)]
+                job.outcome = deliver(
+                    item,
+                    _Starting(loaded.handler, job),
+                    claimed=True,
+                    timeout=seconds,
+                    policy=loaded.policy,
+                )
+        except BaseException as exc:  # for the caller's thread, which raises it
+            job.raised = exc
+        finally:
+            job.end(done)
+
+    def _finish(self, job: _Job, name: str | None) -> BaseException | None:
+        """Settle (SQLite: here, replaying what the handler did into `deliver`) and
+        record one message whose handler ended; returns the error that left its row
+        as it was instead."""
+        item = job.item
+        assert isinstance(item, queue.Queued)
+        if self.claims:
+            if job.raised is not None:
+                return job.raised
+            outcome = job.outcome
+        else:
+            try:
+                policy = self.handlers[name or keys.queue_of(item.key)].policy
+                outcome = deliver(item, job.replay, policy=policy)
+            except DrainAborted:
+                raise
+            except BaseException as exc:  # the handler's own (SystemExit), or the database's
+                return exc
+        assert outcome is not None
+        self.record(item.key, outcome, name)
         return None
 
     def go_on(self, name: str | None = None) -> bool:
@@ -212,3 +374,64 @@ class Delivery:
                 )
         elif outcome in (Outcome.DELIVERED, Outcome.REQUEUED):
             self._failures_in_row[name] = 0
+
+
+@dataclasses.dataclass(eq=False)
+class _Job:
+    """One message in a lane. Until `started` is set only the lane writes it; then,
+    when `handed` (its handler began), it is the caller's once the lane has put it
+    on the done queue; otherwise it is finished as it is."""
+
+    item: queue.Queued | Skip | None = None
+    started: threading.Event = dataclasses.field(default_factory=threading.Event)
+    handed: bool = False
+    outcome: Outcome | None = None
+    returned: object = None
+    raised: BaseException | None = None
+
+    def end(self, done: queues.SimpleQueue[_Job]) -> None:
+        """The lane is done with it: to the caller's done queue when its handler began,
+        else told to the caller waiting for the start."""
+        if self.handed:
+            done.put(self)
+        else:
+            self.started.set()
+
+    def replay(self, msg: Message) -> Message | None:
+        """What the handler did, again, for `deliver` in the caller's thread."""
+        if self.raised is not None:
+            raise self.raised
+        return self.returned  # type: ignore[return-value]  # deliver checks its type
+
+
+class _Starting:
+    """A handler that says it began (`_Job.handed`, `started`) before it runs."""
+
+    __slots__ = ("_handler", "_job")
+
+    def __init__(self, handler: Handler, job: _Job) -> None:
+        self._handler = handler
+        self._job = job
+
+    def __call__(self, msg: Message) -> Message | None:
+        self._job.handed = True
+        self._job.started.set()
+        return self._handler(msg)
+
+
+def _call(
+    job: _Job, handler: Handler, seconds: float | None, done: queues.SimpleQueue[_Job]
+) -> None:
+    """In a lane, on SQLite: only the handler's call (under its time limit); what it
+    returned or raised goes back to the caller's thread, which settles the row."""
+    assert isinstance(job.item, queue.Queued)
+    starting = _Starting(handler, job)
+    try:
+        if seconds is None:
+            job.returned = starting(job.item.msg)
+        else:
+            job.returned = call_within(starting, job.item.msg, seconds, key=job.item.key)
+    except BaseException as exc:  # replayed in the caller's thread
+        job.raised = exc
+    finally:
+        job.end(done)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from deadletter.drain.concurrency import MAX_CONCURRENCY
 from deadletter.drain.errors import DrainConfigError
 
 __all__ = ["DrainOptions"]
@@ -22,6 +23,8 @@ class DrainOptions:
     it and a handler still running then is given up on. `grace` is what a worker
     process waits for the message in hand after a stop signal. `ignore_backoff`
     (an operator's "now") hands every message over in key order, waiting or not.
+    `concurrency` is how many messages one process has in hand at once, each
+    handler in a thread of its own (for slow handlers; `delivery.Delivery`).
     """
 
     limit: int | None = None
@@ -32,6 +35,7 @@ class DrainOptions:
     budget: float | None = None
     grace: float | None = None
     ignore_backoff: bool = False
+    concurrency: int = 1
 
     def __post_init__(self) -> None:
         if self.limit is not None and self.limit < 1:
@@ -40,6 +44,10 @@ class DrainOptions:
             raise DrainConfigError(f"rate must be above 0 per second, got {self.rate}")
         if self.workers < 1:
             raise DrainConfigError(f"workers must be at least 1, got {self.workers}")
+        if not 1 <= self.concurrency <= MAX_CONCURRENCY:
+            raise DrainConfigError(
+                f"concurrency must be from 1 to {MAX_CONCURRENCY}, got {self.concurrency}"
+            )
         if self.batch_size < 1:
             raise DrainConfigError(f"batch_size must be at least 1, got {self.batch_size}")
         if self.budget is not None and not self.budget >= 0:

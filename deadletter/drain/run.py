@@ -60,7 +60,8 @@ class Drainer:
 
     With `workers` above 1 a run makes a `WorkerPool` and is its `Drain`: the
     pool forks, and in each worker calls back `enlist` and `work`, which hand
-    messages over on the pool's shared cursors and budget.
+    messages over on the pool's shared cursors and budget. With `concurrency`
+    above 1 each process (each worker) has that many messages in hand at once.
     """
 
     def __init__(
@@ -185,9 +186,10 @@ class Drainer:
         self._progress_at = started + PROGRESS_EVERY
         self._deadline = None if options.budget is None else started + options.budget
         logger.info(
-            "drain started queues=%s workers=%s limit=%s rate=%s",
+            "drain started queues=%s workers=%s concurrency=%s limit=%s rate=%s",
             ",".join(self.queues),
             options.workers,
+            options.concurrency,
             options.limit,
             options.rate,
         )
@@ -297,6 +299,7 @@ class Drainer:
             on_outcome=settled,
             on_drop=self.notify,
             orphaned=None if worker is None else worker.orphaned,
+            concurrency=self.options.concurrency,
         )
 
     def _snapshot(self, report: DrainReport) -> bool:

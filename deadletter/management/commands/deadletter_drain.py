@@ -130,6 +130,14 @@ class Command(DatabaseCommand):
             help="Worker processes (PostgreSQL, MySQL/MariaDB; SQLite runs one).",
         )
         parser.add_argument(
+            "--concurrency",
+            type=positive_int,
+            default=1,
+            metavar="N",
+            help="Messages in hand at once in each process, each handler in a thread "
+            "(for slow handlers; every database, with --workers too).",
+        )
+        parser.add_argument(
             "--wait",
             action="store_true",
             help="SQLite: wait for another drain of the same queue to end instead of refusing.",
@@ -183,6 +191,7 @@ class Command(DatabaseCommand):
                     limit=options["limit"],
                     rate=options["rate"],
                     workers=options["workers"],
+                    concurrency=options["concurrency"],
                     wait=options["wait"],
                     grace=options["grace"],
                 ),

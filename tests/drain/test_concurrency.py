@@ -1,0 +1,278 @@
+"""`concurrency`: several messages in hand at once in one process, each handler in
+a thread, with every rule of the one delivery loop kept: at least once, every
+outcome recorded, the rate, the breaker, the time limit, oldest first."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from django.core.management import CommandError, call_command
+from django.db import connection, connections
+
+from deadletter.drain import DrainConfigError, Drainer, DrainOptions, DrainReport, Outcome
+from deadletter.drain.concurrency import MAX_CONCURRENCY
+from deadletter.wire.messages import Message
+from tests.factories import park, parked, parked_messages
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+HANDLER = "tests.drain.test_concurrency.handler"
+
+# What `handler` does: each test sets `behaviour` (subject or "*" -> a callable).
+behaviour: dict[str, Callable[[Message], Message | None]] = {}
+entered: list[str] = []
+threads: set[int] = set()
+lock = threading.Lock()
+
+
+def handler(msg: Message) -> Message | None:
+    with lock:
+        entered.append(msg.subject)
+        threads.add(threading.get_ident())
+    action = behaviour.get(msg.subject, behaviour.get("*"))
+    return None if action is None else action(msg)
+
+
+def pause(seconds: float) -> Callable[[Message], None]:
+    def act(msg: Message) -> None:
+        time.sleep(seconds)
+
+    return act
+
+
+def fail(msg: Message) -> None:
+    raise ConnectionError(f"endpoint down for {msg.subject}")
+
+
+@pytest.fixture(autouse=True)
+def handlers(settings: Any) -> Iterator[None]:
+    settings.DEADLETTER_HANDLERS = {"q": HANDLER}
+    behaviour.clear()
+    entered.clear()
+    threads.clear()
+    yield
+    behaviour.clear()
+
+
+def drain(concurrency: int, **options: Any) -> DrainReport:
+    return Drainer(["q"], DrainOptions(concurrency=concurrency, **options)).run()
+
+
+def subjects(count: int) -> list[str]:
+    return [f"m{i:03d}" for i in range(count)]
+
+
+@pytest.mark.slow
+def test_several_handlers_run_at_once_each_in_a_thread() -> None:
+    """Four handlers meet at a barrier: only four messages in hand at once pass it."""
+    park(*subjects(8))
+    barrier = threading.Barrier(4, timeout=30)
+    behaviour["*"] = lambda msg: (barrier.wait(), None)[1]
+    report = drain(4)
+    assert report.delivered == 8 and report.failed == 0
+    assert len(threads) == 4
+    assert threading.get_ident() not in threads
+    assert parked() == []
+
+
+@pytest.mark.slow
+def test_a_failing_message_stays_parked_with_its_attempt_and_the_rest_are_removed() -> None:
+    names = subjects(30)
+    park(*names)
+    failing = set(names[::4])
+    behaviour.update(dict.fromkeys(failing, fail))
+    behaviour["*"] = pause(0.01)
+    outcomes: list[Outcome] = []
+    report = Drainer(
+        ["q"], DrainOptions(concurrency=8), on_outcome=outcomes.append, log_progress=False
+    ).run()
+    assert sorted(entered) == names
+    assert (report.delivered, report.failed) == (len(names) - len(failing), len(failing))
+    assert sorted(outcomes) == sorted(
+        report.delivered * [Outcome.DELIVERED] + report.failed * [Outcome.FAILED]
+    )
+    left = parked_messages()
+    assert [m.subject for m in left] == sorted(failing)
+    assert all(m.extra["Attempts"] == 1 for m in left)
+    assert all(
+        m.extra["LastError"] == f"ConnectionError: endpoint down for {m.subject}" for m in left
+    )
+
+
+@pytest.mark.slow
+def test_the_rate_holds_across_the_threads() -> None:
+    """N messages at R a second take at least (N - 1) / R seconds, however many threads."""
+    park(*subjects(9))
+    started = time.monotonic()
+    report = drain(8, rate=40.0)
+    assert time.monotonic() - started >= 8 / 40
+    assert report.delivered == 9
+
+
+@pytest.mark.slow
+def test_the_breaker_stops_new_hand_overs_of_its_queue(settings: Any) -> None:
+    """Breaker 2, three in hand at once: once two failures in a row are recorded no
+    message is started, so at most 2 + (3 - 1) were handed over; the rest are untouched."""
+    settings.DEADLETTER_HANDLERS = {"q": {"handler": HANDLER, "breaker": 2}}
+    names = subjects(40)
+    park(*names)
+    behaviour["*"] = fail
+    report = drain(3)
+    assert report.paused == ["q"]
+    assert 2 <= len(entered) <= 4
+    assert report.failed == len(entered)
+    left = {m.subject: m.extra.get("Attempts", 0) for m in parked_messages()}
+    assert sorted(left) == names
+    assert sorted(s for s, attempts in left.items() if attempts) == sorted(entered)
+
+
+@pytest.mark.slow
+def test_messages_are_started_oldest_first() -> None:
+    """Three in hand, each held until the test lets it go: whichever ends, the next
+    one started is the oldest not yet started."""
+    names = subjects(7)
+    park(*names)
+    gates = {name: threading.Event() for name in names}
+    behaviour["*"] = lambda msg: (gates[msg.subject].wait(30), None)[1]
+    result: list[DrainReport] = []
+
+    def run() -> None:
+        try:
+            result.append(drain(3))
+        finally:
+            connections.close_all()
+
+    runner = threading.Thread(target=run)
+    runner.start()
+    try:
+        wait_for(lambda: len(entered) == 3)
+        assert sorted(entered) == names[:3]
+        for release, count in (("m001", 4), ("m000", 5), ("m003", 6), ("m002", 7)):
+            gates[release].set()
+            wait_for(lambda count=count: len(entered) == count)
+            assert sorted(entered) == names[:count]
+    finally:
+        for gate in gates.values():
+            gate.set()
+        runner.join(30)
+    assert result[0].delivered == 7
+    assert parked() == []
+
+
+@pytest.mark.slow
+def test_a_handler_failing_in_one_thread_loses_no_other_outcome() -> None:
+    names = subjects(12)
+    park(*names)
+    behaviour["*"] = pause(0.02)
+    behaviour["m005"] = lambda msg: 1 / 0
+    report = drain(6)
+    assert (report.delivered, report.failed) == (11, 1)
+    assert parked() == ["m005"]
+
+
+@pytest.mark.slow
+def test_a_base_exception_in_a_handler_passes_through_once_the_others_are_settled() -> None:
+    """SystemExit in one handler leaves its row as it was; every other message handed
+    over was settled and told to `on_outcome` before it passed through, and none
+    was started after it."""
+    names = subjects(10)
+    park(*names)
+    others_in_hand = threading.Event()
+
+    def exits(msg: Message) -> None:
+        others_in_hand.wait(30)
+        raise SystemExit(3)
+
+    def slow(msg: Message) -> None:
+        if msg.subject == "m003":
+            others_in_hand.set()
+        time.sleep(0.05)
+
+    behaviour["*"] = slow
+    behaviour["m002"] = exits
+    outcomes: list[Outcome] = []
+    drainer = Drainer(["q"], DrainOptions(concurrency=4), on_outcome=outcomes.append)
+    with pytest.raises(SystemExit):
+        drainer.run()
+    handed = set(entered) - {"m002"}
+    assert {"m000", "m001", "m003"} <= handed
+    assert outcomes == len(handed) * [Outcome.DELIVERED]
+    assert parked() == sorted(set(names) - handed)
+    assert "Attempts" not in parked_messages()[parked().index("m002")].extra
+
+
+@pytest.mark.slow
+def test_a_handler_past_its_time_limit_is_a_failed_attempt_and_the_others_deliver(
+    settings: Any,
+) -> None:
+    settings.DEADLETTER_HANDLER_TIMEOUT = 0.3
+    names = subjects(6)
+    park(*names)
+    hung = threading.Event()
+    behaviour["*"] = pause(0.01)
+    behaviour["m001"] = lambda msg: (hung.wait(30), None)[1]
+    try:
+        report = drain(3)
+    finally:
+        hung.set()
+    assert (report.delivered, report.failed) == (5, 1)
+    (left,) = parked_messages()
+    assert left.subject == "m001"
+    assert left.extra["LastError"].startswith("HandlerTimeout")
+
+
+@pytest.mark.slow
+def test_limit_counts_the_messages_started() -> None:
+    park(*subjects(20))
+    behaviour["*"] = pause(0.01)
+    report = drain(8, limit=5)
+    assert report.delivered == 5
+    assert len(entered) == 5
+    assert parked() == subjects(20)[5:]
+
+
+@pytest.mark.slow
+def test_workers_and_concurrency_together_deliver_each_message_once() -> None:
+    if connection.vendor == "sqlite":
+        pytest.skip("--workers needs a server")
+    names = subjects(40)
+    park(*names)
+    report = drain(4, workers=2)
+    assert report.delivered == 40
+    assert parked() == []
+
+
+def test_concurrency_out_of_range_is_a_config_error() -> None:
+    for bad in (0, -1, MAX_CONCURRENCY + 1):
+        with pytest.raises(DrainConfigError, match="concurrency"):
+            DrainOptions(concurrency=bad)
+
+
+def test_the_command_refuses_concurrency_zero_and_too_many() -> None:
+    park("a")
+    with pytest.raises(CommandError, match="concurrency"):
+        call_command("deadletter_drain", "--concurrency", "0")
+    with pytest.raises(CommandError, match="concurrency"):
+        call_command("deadletter_drain", "--concurrency", str(MAX_CONCURRENCY + 1))
+    assert parked() == ["a"]
+
+
+@pytest.mark.slow
+def test_the_command_passes_concurrency_to_the_drain() -> None:
+    park(*subjects(6))
+    barrier = threading.Barrier(3, timeout=30)
+    behaviour["*"] = lambda msg: (barrier.wait(), None)[1]
+    call_command("deadletter_drain", "--concurrency", "3", "--no-progress")
+    assert len(threads) == 3
+    assert parked() == []
+
+
+def wait_for(condition: Callable[[], bool], seconds: float = 30) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.005)
