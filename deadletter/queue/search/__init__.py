@@ -1,0 +1,33 @@
+"""Search across parked messages: one language (`grammar`), one projection kept in
+step with every write (`index`, over the words `words` defines), one way to run
+a query (`lookup`). The admin, the API, the commands and the redrives call these.
+"""
+
+from __future__ import annotations
+
+from deadletter.queue.search.grammar import MAX_QUERY_CHARS, MAX_TERMS, SearchError, parse
+from deadletter.queue.search.index import index_pending, iter_sweep, pending_count, sweep
+from deadletter.queue.search.lookup import (
+    count_matching,
+    iter_matching,
+    keys_page,
+    matching_keys,
+)
+from deadletter.queue.search.query import Cause, Query
+
+__all__ = [
+    "MAX_QUERY_CHARS",
+    "MAX_TERMS",
+    "Cause",
+    "Query",
+    "SearchError",
+    "count_matching",
+    "index_pending",
+    "iter_matching",
+    "iter_sweep",
+    "keys_page",
+    "matching_keys",
+    "parse",
+    "pending_count",
+    "sweep",
+]

@@ -1,0 +1,162 @@
+"""Keeping the search index in step: the indexer turns rows marked `search_pending`
+into `SearchTerm` postings, and the sweep removes postings whose row is gone.
+
+No write path writes a posting itself. Every INSERT gets `search_pending = 1`
+from the column's database default (a park, the split, a kv import, an NDJSON
+load, a move), every UPDATE of a value sets it, so the pending rows are exactly
+the rows whose words may be missing. The indexer reads a batch of them, writes
+their postings and clears the mark in one short transaction, the mark only where
+the value is still the one it read (a row rewritten meanwhile stays pending).
+A search indexes the pending rows of its key range first, so it never misses a
+row; the drain service keeps the backlog near zero.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Iterator
+
+from django.db import transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
+
+from deadletter.models import SearchTerm
+from deadletter.queue.search.words import terms_of
+from deadletter.store import sql
+from deadletter.wire import codec
+
+__all__ = ["BATCH", "SWEEP_BATCH", "index_pending", "iter_sweep", "pending_count", "sweep"]
+
+logger = logging.getLogger("deadletter")
+
+BATCH = 500
+SWEEP_BATCH = 5000
+# One batch's transaction holds SQLite's write lock: a batch stops taking rows
+# after this long, so a park waits at most about this.
+_BATCH_SECONDS = 0.1
+
+
+def _terms_table() -> str:
+    return SearchTerm._meta.db_table
+
+
+def _range(low: bytes, high: bytes | None) -> tuple[str, tuple[bytes, ...]]:
+    if high is None:
+        return "{key} >= %s", (low,)
+    return "{key} >= %s AND {key} < %s", (low, high)
+
+
+def index_pending(
+    connection: BaseDatabaseWrapper | None = None,
+    *,
+    low: bytes = b"",
+    high: bytes | None = None,
+    budget: float | None = None,
+) -> int:
+    """Index the pending rows in `[low, high)`, oldest first, in batches of at most
+    `BATCH`; how many rows it indexed. With `budget` (seconds) it stops after a
+    batch once that is spent, leaving the rest pending."""
+    connection = connection or sql.connection()
+    where, bounds = _range(low, high)
+    select = sql.statement(
+        connection,
+        "SELECT {key}, value FROM {table} WHERE search_pending = 1 AND "
+        + where
+        + " ORDER BY search_pending, {key} LIMIT %s",
+    )
+    clear = sql.statement(
+        connection,
+        "UPDATE {table} SET search_pending = NULL WHERE {key} = %s AND value = %s",
+    )
+    started = time.monotonic()
+    done = 0
+    after = low
+    while True:
+        rows = sql.read(connection, select, (after, *bounds[1:], BATCH))
+        if not rows:
+            return done
+        done += _index_batch(connection, rows, clear)
+        after = bytes(rows[-1][0]) + b"\x00"
+        if budget is not None and time.monotonic() - started >= budget:
+            return done
+
+
+def _index_batch(connection: BaseDatabaseWrapper, rows: list[tuple], clear: str) -> int:
+    postings: list[tuple[bytes, str]] = []
+    settled: list[tuple[bytes, bytes]] = []
+    started = time.monotonic()
+    for raw_key, raw_value in rows:
+        key, value = bytes(raw_key), bytes(raw_value or b"")
+        postings.extend((key, term) for term in _row_terms(value))
+        settled.append((key, value))
+        if time.monotonic() - started >= _BATCH_SECONDS:
+            break
+    with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
+        sql.insert_new(connection, cursor, _terms_table(), ("key", "term"), postings)
+        cursor.executemany(clear, settled)
+    return len(settled)
+
+
+def _row_terms(value: bytes) -> set[str]:
+    """A row's terms; none for a value that does not decode (a search finds such a
+    row only by key or cause, which need no posting)."""
+    with contextlib.suppress(codec.CodecError):
+        return terms_of(codec.iter_decode(value))
+    return set()
+
+
+def pending_count(connection: BaseDatabaseWrapper | None = None) -> int:
+    """Rows waiting for the indexer (`deadletter_stats` and the metrics show it)."""
+    connection = connection or sql.connection()
+    rows = sql.read(
+        connection,
+        sql.statement(connection, "SELECT COUNT(*) FROM {table} WHERE search_pending = 1"),
+        (),
+    )
+    return int(rows[0][0])
+
+
+def sweep(
+    connection: BaseDatabaseWrapper | None = None,
+    *,
+    after: tuple[str, bytes] | None = None,
+    limit: int = SWEEP_BATCH,
+) -> tuple[int, tuple[str, bytes] | None]:
+    """Remove the postings among the next `limit` (in index order, after `after`)
+    whose row is gone; returns how many it removed and where to carry on (None:
+    the end of the index was reached, start again from None)."""
+    connection = connection or sql.connection()
+    terms = sql.quoted(connection, _terms_table())
+    key = sql.key_column(connection)
+    queue_table = sql.quoted(connection, sql.table())
+    where, params = "", ()  # type: tuple[str, tuple[object, ...]]
+    if after is not None:
+        where = f"WHERE p.term > %s OR (p.term = %s AND p.{key} > %s)"
+        params = (after[0], after[0], after[1])
+    rows = sql.read(
+        connection,
+        f"SELECT p.term, p.{key}, (SELECT 1 FROM {queue_table} m WHERE m.{key} = p.{key}) "
+        f"FROM {terms} p {where} ORDER BY p.term, p.{key} LIMIT %s",
+        (*params, limit),
+    )
+    dead = [(term, bytes(row_key)) for term, row_key, live in rows if live is None]
+    if dead:
+        with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
+            cursor.executemany(
+                f"DELETE FROM {terms} WHERE term = %s AND {key} = %s",
+                dead,
+            )
+    if len(rows) < limit:
+        return len(dead), None
+    return len(dead), (rows[-1][0], bytes(rows[-1][1]))
+
+
+def iter_sweep(connection: BaseDatabaseWrapper | None = None) -> Iterator[int]:
+    """The whole index swept batch by batch (`deadletter_stats --sweep`, tests)."""
+    cursor: tuple[str, bytes] | None = None
+    while True:
+        removed, cursor = sweep(connection, after=cursor)
+        yield removed
+        if cursor is None:
+            return

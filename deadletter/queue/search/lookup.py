@@ -1,0 +1,247 @@
+"""Running a search: walk the index in key order, join the live row, keep what the
+query itself says matches.
+
+The walk is driven by one index, chosen per query: the postings of its rarest
+term (each other term checked by a seek into the same index), else the
+(signature, key) index for a cause, else the key range itself. Every candidate
+row is checked against the query (`Query.matches`), so a stale posting (of a row
+since rewritten) costs a check and never a wrong answer. Pages are read in key
+order from a cursor, never counted, so a first page stops once it is full.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+from django.db.backends.base.base import BaseDatabaseWrapper
+
+from deadletter.models import SearchTerm
+from deadletter.queue.search import index
+from deadletter.queue.search.query import Query
+from deadletter.store import sql
+from deadletter.wire import codec, keys
+from deadletter.wire.messages import Message
+
+__all__ = ["count_matching", "iter_matching", "keys_page", "matching_keys"]
+
+_BATCH = 200
+# The rarest term is judged by counting up to this many of its postings.
+_ESTIMATE_CAP = 2000
+
+Bounds = tuple[bytes, bytes | None]
+
+
+def _scope(query: Query, queue: str | None) -> Bounds | None:
+    """The key range the query can match in: the queue's and every key prefix's,
+    intersected; None when they do not meet."""
+    low, high = keys.queue_bounds(queue) if queue is not None else (b"", None)
+    for prefix in query.prefixes:
+        p_low, p_high = prefix.bounds()
+        low = max(low, p_low)
+        high = p_high if high is None else (high if p_high is None else min(high, p_high))
+    if high is not None and low >= high:
+        return None
+    return low, high
+
+
+def _narrow(bounds: Bounds, after: bytes | None, before: bytes | None) -> Bounds | None:
+    low, high = bounds
+    if after is not None:
+        low = max(low, after + keys.SEPARATOR)
+    if before is not None:
+        high = before if high is None else min(high, before)
+    if high is not None and low >= high:
+        return None
+    return low, high
+
+
+class _Walk:
+    """The candidate rows of one query in one key range, a batch at a time."""
+
+    def __init__(self, connection: BaseDatabaseWrapper, query: Query, bounds: Bounds) -> None:
+        self.connection = connection
+        self.query = query
+        self.bounds = bounds
+        self.key = sql.key_column(connection)
+        self.rows = sql.quoted(connection, sql.table())
+        self.terms = sql.quoted(connection, SearchTerm._meta.db_table)
+        self.order = self._terms_by_rarity()
+
+    def _range_sql(self, column: str, low: bytes, high: bytes | None) -> tuple[str, list[Any]]:
+        if high is None:
+            return f"{column} >= %s", [low]
+        return f"{column} >= %s AND {column} < %s", [low, high]
+
+    def _terms_by_rarity(self) -> list[str]:
+        terms = sorted(self.query.terms)
+        if len(terms) < 2:
+            return terms
+        low, high = self.bounds
+        where, params = self._range_sql(self.key, low, high)
+        counts = {}
+        for term in terms:
+            rows = sql.read(
+                self.connection,
+                f"SELECT COUNT(*) FROM (SELECT 1 FROM {self.terms} WHERE term = %s AND {where} "
+                f"LIMIT {_ESTIMATE_CAP}) t",
+                (term, *params),
+            )
+            counts[term] = int(rows[0][0])
+        return sorted(terms, key=lambda term: (counts[term], term))
+
+    def batch(self, low: bytes, high: bytes | None, descending: bool) -> list[tuple[Any, ...]]:
+        """Up to `_BATCH` candidates `(key, value, signature)` in `[low, high)`, in order."""
+        direction = "DESC" if descending else "ASC"
+        causes = [cause.signature for cause in self.query.causes]
+        if self.order:
+            where, params = self._range_sql(f"p.{self.key}", low, high)
+            exists = "".join(
+                f" AND EXISTS (SELECT 1 FROM {self.terms} q WHERE q.term = %s "
+                f"AND q.{self.key} = p.{self.key})"
+                for _ in self.order[1:]
+            )
+            signature = " AND m.signature = %s" * len(causes)
+            statement = (
+                f"SELECT p.{self.key}, m.value, m.signature FROM {self.terms} p "
+                f"JOIN {self.rows} m ON m.{self.key} = p.{self.key} "
+                f"WHERE p.term = %s AND {where}{exists}{signature} "
+                f"ORDER BY p.{self.key} {direction} LIMIT %s"
+            )
+            values = [self.order[0], *params, *self.order[1:], *causes, _BATCH]
+        else:
+            where, params = self._range_sql(self.key, low, high)
+            signature = " AND signature = %s" * len(causes)
+            statement = (
+                f"SELECT {self.key}, value, signature FROM {self.rows} "
+                f"WHERE {where}{signature} ORDER BY {self.key} {direction} LIMIT %s"
+            )
+            values = [*params, *causes, _BATCH]
+        return sql.read(self.connection, statement, values)
+
+
+def _messages(value: Any) -> list[Message] | None:
+    with contextlib.suppress(codec.CodecError):
+        return codec.decode(bytes(value or b""))
+    return None
+
+
+def iter_matching(
+    query: Query,
+    *,
+    queue: str | None,
+    after_key: bytes | None = None,
+    before_key: bytes | None = None,
+    descending: bool = False,
+    connection: BaseDatabaseWrapper | None = None,
+) -> Iterator[bytes]:
+    """The keys of the rows `query` matches, in `queue` (None: every queue), after
+    `after_key` and before `before_key` (both exclusive), oldest first (newest
+    first with `descending`). The pending rows of the range are indexed first."""
+    connection = connection or sql.connection()
+    scope = _scope(query, queue)
+    bounds = scope and _narrow(scope, after_key, before_key)
+    if bounds is None:
+        return
+    index.index_pending(connection, low=bounds[0], high=bounds[1])
+    walk = _Walk(connection, query, bounds)
+    low, high = bounds
+    while True:
+        rows = walk.batch(low, high, descending)
+        for raw_key, value, signature in rows:
+            key = bytes(raw_key)
+            msgs = _messages(value) if query.reads_messages else None
+            if query.matches(key, msgs, signature):
+                yield key
+        if len(rows) < _BATCH:
+            return
+        last = bytes(rows[-1][0])
+        if descending:
+            high = last
+        else:
+            low = last + keys.SEPARATOR
+
+
+def matching_keys(
+    query: Query,
+    *,
+    queue: str | None,
+    after_key: bytes | None = None,
+    until_key: bytes | None = None,
+    limit: int = 500,
+    connection: BaseDatabaseWrapper | None = None,
+) -> list[bytes]:
+    """Up to `limit` matching keys after `after_key`, up to and including
+    `until_key`, oldest first: a redrive's next batch from its cursor."""
+    before = None if until_key is None else until_key + keys.SEPARATOR
+    found: list[bytes] = []
+    for key in iter_matching(
+        query, queue=queue, after_key=after_key, before_key=before, connection=connection
+    ):
+        found.append(key)
+        if len(found) >= limit:
+            break
+    return found
+
+
+def count_matching(
+    query: Query,
+    *,
+    queue: str | None,
+    until_key: bytes | None = None,
+    connection: BaseDatabaseWrapper | None = None,
+) -> int:
+    """How many rows `query` matches (up to and including `until_key`): a redrive's
+    plan. A query on the key and cause only is counted by the database."""
+    connection = connection or sql.connection()
+    before = None if until_key is None else until_key + keys.SEPARATOR
+    if query.reads_messages:
+        return sum(
+            1 for _ in iter_matching(query, queue=queue, before_key=before, connection=connection)
+        )
+    scope = _scope(query, queue)
+    bounds = scope and _narrow(scope, None, before)
+    if bounds is None:
+        return 0
+    key = sql.key_column(connection)
+    where = f"{key} >= %s" + ("" if bounds[1] is None else f" AND {key} < %s")
+    params: list[Any] = [bounds[0]] if bounds[1] is None else [bounds[0], bounds[1]]
+    for cause in query.causes:
+        where += " AND signature = %s"
+        params.append(cause.signature)
+    rows = sql.read(
+        connection,
+        f"SELECT COUNT(*) FROM {sql.quoted(connection, sql.table())} WHERE {where}",
+        params,
+    )
+    return int(rows[0][0])
+
+
+def keys_page(
+    query: Query,
+    *,
+    queue: str | None,
+    after_key: bytes | None = None,
+    before_key: bytes | None = None,
+    size: int,
+    connection: BaseDatabaseWrapper | None = None,
+) -> tuple[list[bytes], bool]:
+    """One page of matches, oldest first: after `after_key`, or the page just before
+    `before_key`; and whether more match beyond it in the direction read."""
+    descending = before_key is not None and after_key is None
+    found: list[bytes] = []
+    for key in iter_matching(
+        query,
+        queue=queue,
+        after_key=after_key,
+        before_key=before_key,
+        descending=descending,
+        connection=connection,
+    ):
+        found.append(key)
+        if len(found) > size:
+            break
+    more = len(found) > size
+    found = found[:size]
+    return (found[::-1] if descending else found), more

@@ -1,0 +1,155 @@
+"""A parsed search: conditions that must all hold, each able to check a row and to
+say what the index can narrow it to (`terms`, a key range, a cause)."""
+
+from __future__ import annotations
+
+import calendar
+import dataclasses
+from collections.abc import Sequence
+from datetime import datetime
+
+from deadletter.queue.search.words import FREE_FIELDS, code_term, texts_of, words
+from deadletter.wire.gotime import GoOnlyTime
+from deadletter.wire.messages import Message
+
+__all__ = ["Cause", "Code", "FirstFailure", "KeyPrefix", "Phrase", "Query"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Phrase:
+    """Whole words, in this order, in one text of `field` (None: any free field or
+    other key; `key:<name>` one other key)."""
+
+    words: tuple[str, ...]
+    field: str | None = None
+
+    def terms(self) -> set[str]:
+        return set(self.words)
+
+    def holds(self, msg: Message) -> bool:
+        texts = texts_of(msg)
+        if self.field is None:
+            fields = [*FREE_FIELDS, *(name for name in texts if name.startswith("key:"))]
+        else:
+            fields = [self.field]
+        return any(self._in(text) for name in fields for text in texts.get(name, ()))
+
+    def _in(self, text: str) -> bool:
+        found = words(text)
+        size = len(self.words)
+        return any(
+            tuple(found[start : start + size]) == self.words
+            for start in range(len(found) - size + 1)
+        )
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Code:
+    code: int
+
+    def terms(self) -> set[str]:
+        return {code_term(self.code)}
+
+    def holds(self, msg: Message) -> bool:
+        return int(msg.code) == self.code
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class FirstFailure:
+    """The first failure (`QueuedAt`) at or after `after` and before `before`."""
+
+    after: datetime | None = None
+    before: datetime | None = None
+
+    def terms(self) -> set[str]:
+        return set()
+
+    def holds(self, msg: Message) -> bool:
+        when = msg.queued_at
+        if when is None:
+            return False
+        instant = when.unix_ns if isinstance(when, GoOnlyTime) else _ns(when)
+        if self.after is not None and instant < _ns(self.after):
+            return False
+        return self.before is None or instant < _ns(self.before)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Cause:
+    """The stored failure signature, exactly (the admin's cause filter)."""
+
+    signature: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class KeyPrefix:
+    """The key's lowercase hex starts with `hex`."""
+
+    hex: str
+
+    def bounds(self) -> tuple[bytes, bytes | None]:
+        """The key range of the prefix: `[low, high)`, high None past the last key."""
+        low = bytes.fromhex(self.hex + "0" * (len(self.hex) % 2))
+        top = int(self.hex, 16) + 1
+        if top >= 16 ** len(self.hex):
+            return low, None
+        high_hex = f"{top:0{len(self.hex)}x}"
+        return low, bytes.fromhex(high_hex + "0" * (len(high_hex) % 2))
+
+
+MessageCondition = Phrase | Code | FirstFailure
+
+
+def _ns(when: datetime) -> int:
+    """The instant in nanoseconds: Go's times carry it; a plain aware datetime to the
+    microsecond."""
+    nanos = getattr(when, "unix_ns", None)
+    if isinstance(nanos, int):
+        return nanos
+    return calendar.timegm(when.utctimetuple()) * 10**9 + when.microsecond * 1000
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Query:
+    """Every condition must hold: those on the message by one message of the row
+    (a legacy row holds several), `causes` on the row's signature, `prefixes` on
+    its key. An empty query matches every row."""
+
+    text: str = ""
+    conditions: tuple[MessageCondition, ...] = ()
+    causes: tuple[Cause, ...] = ()
+    prefixes: tuple[KeyPrefix, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.conditions or self.causes or self.prefixes)
+
+    @property
+    def terms(self) -> set[str]:
+        """The terms every matching row has in the index."""
+        found: set[str] = set()
+        for condition in self.conditions:
+            found |= condition.terms()
+        return found
+
+    @property
+    def first_failure_after(self) -> datetime | None:
+        bounds = [c.after for c in self.conditions if isinstance(c, FirstFailure) and c.after]
+        return max(bounds) if bounds else None
+
+    @property
+    def reads_messages(self) -> bool:
+        return bool(self.conditions)
+
+    def matches(self, key: bytes, msgs: Sequence[Message] | None, signature: str | None) -> bool:
+        """The rule itself: what the index found is kept only if this holds. `msgs`
+        is None for a row that does not decode; it matches only a query without
+        conditions on the message."""
+        if any(signature != cause.signature for cause in self.causes):
+            return False
+        if self.prefixes and not all(key.hex().startswith(p.hex) for p in self.prefixes):
+            return False
+        if not self.conditions:
+            return True
+        if not msgs:
+            return False
+        return any(all(c.holds(msg) for c in self.conditions) for msg in msgs)

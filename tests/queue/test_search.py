@@ -1,0 +1,232 @@
+"""A search finds what its query says among the live rows, on every database, and
+the index stays in step with every way a row is written, rewritten or removed."""
+
+from __future__ import annotations
+
+import io
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from django.db import connection
+
+from deadletter.drain import Drainer
+from deadletter.models import QueuedMessage, SearchTerm
+from deadletter.queue import dequeue, store_failed_msgs
+from deadletter.queue.legacy import split_legacy_rows
+from deadletter.queue.search import (
+    count_matching,
+    index_pending,
+    iter_sweep,
+    keys_page,
+    matching_keys,
+    parse,
+    pending_count,
+)
+from deadletter.transfer import ndjson
+from deadletter.transfer.kvfile.importing import import_kv
+from deadletter.wire import codec, keys
+from deadletter.wire.gotime import GoTime
+from deadletter.wire.messages import Message
+from tests.factories import FIXTURES, TABLE, insert, insert_at, park, raw_sql
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def found(text: str, queue: str | None = "q") -> list[bytes]:
+    return matching_keys(parse(text), queue=queue, limit=1000)
+
+
+def subjects(text: str, queue: str | None = "q") -> list[str]:
+    by_key = {bytes(m.key): m for m in QueuedMessage.objects.all()}
+    return [codec.decode(bytes(by_key[k].value))[0].subject for k in found(text, queue)]
+
+
+def failing(msg: Message) -> None:
+    raise ConnectionError(f"refused by {msg.extra.get('host', 'nobody')}")
+
+
+# --- what a query matches ------------------------------------------------------------
+
+
+def test_free_words_match_whole_words_in_every_searchable_text() -> None:
+    park("Grade posted", username="alice", descriptions=["weekly digest"], fields=["math"])
+    park("Exam reminder", username="bob", extra={"LastError": "HTTP 503 from hooks"})
+    park("Other", extra={"order_id": 1234, "args": ["shop.tasks.charge", {"plan": "pro"}]})
+    assert subjects("grade") == ["Grade posted"]
+    assert subjects("ALICE") == ["Grade posted"]
+    assert subjects("digest") == ["Grade posted"]
+    assert subjects("math") == ["Grade posted"]
+    assert subjects("503") == ["Exam reminder"]
+    assert subjects("1234") == ["Other"]
+    assert subjects("pro") == ["Other"]
+    assert subjects("charge") == ["Other"]
+    assert subjects("grad") == []  # whole words only
+    assert subjects("posted grade") == ["Grade posted"]  # every term must hold
+    assert subjects("posted bob") == []
+
+
+def test_a_phrase_wants_its_words_together_in_order() -> None:
+    park("connection refused by peer", "refused connection")
+    assert subjects('"connection refused"') == ["connection refused by peer"]
+
+
+def test_qualifiers_look_in_one_text_only() -> None:
+    park("timeout", username="carol")
+    park("other", username="timeout", extra={"LastError": "carol said no"})
+    assert subjects("subject:timeout") == ["timeout"]
+    assert subjects("user:timeout") == ["other"]
+    assert subjects("error:carol") == ["other"]
+    assert subjects("user:carol") == ["timeout"]
+
+
+def test_other_keys_are_qualified_by_name_case_insensitively() -> None:
+    park("a", extra={"order_id": 1234})
+    park("b", extra={"order_id": 99, "note": "1234"})
+    park("c", extra={"CeleryTask": "shop.tasks.charge"})
+    assert subjects("order_id:1234") == ["a"]
+    assert subjects("ORDER_ID:1234") == ["a"]
+    assert subjects("celerytask:shop.tasks.charge") == ["c"]
+    assert subjects("CeleryTask:shop.tasks.refund") == []
+
+
+def test_code_cause_key_and_first_failure() -> None:
+    first = datetime(2026, 11, 20, 12, tzinfo=UTC)
+    old, new = park("old", queued_at=first), park("new", code=3)
+    QueuedMessage.objects.filter(key=new[0]).update(signature="HTTP Error #")
+    assert subjects("code:3") == ["new"]
+    assert subjects('cause:"HTTP Error #"') == ["new"]
+    assert subjects(f"key:{old[0].hex()[:-4]}") == ["old"]
+    assert subjects("before:2026-11-21") == ["old"]
+    assert subjects("after:2026-11-21") == ["new"]
+    assert subjects("after:2026-11-20T12:00:00Z before:2026-11-20T12:00:01Z") == ["old"]
+
+
+def test_a_search_is_bounded_to_its_queue_or_spans_all() -> None:
+    park("hello", queue="a")
+    park("hello", queue="b")
+    assert [keys.queue_of(k) for k in found("hello", "a")] == ["a"]
+    assert sorted(keys.queue_of(k) for k in found("hello", None)) == ["a", "b"]
+
+
+def test_a_row_that_does_not_decode_is_found_by_key_only() -> None:
+    key = keys.new_key("q")
+    insert(key, b"not cbor at all")
+    assert found("cbor") == []
+    assert found(f"key:{key.hex()}") == [key]
+
+
+def test_a_legacy_row_matches_when_one_of_its_messages_does() -> None:
+    insert(b"q", codec.encode([Message(subject="first"), Message(subject="second")]))
+    assert found("second") == [b"q"]
+    assert found('"first second"') == []
+
+
+# --- pages, plans and cursors --------------------------------------------------------
+
+
+def test_pages_read_forward_and_back_from_a_cursor() -> None:
+    made = park(*[f"match {n}" for n in range(7)])
+    park("no")
+    query = parse("match")
+    page, more = keys_page(query, queue="q", size=3)
+    assert (page, more) == (made[:3], True)
+    page, more = keys_page(query, queue="q", after_key=made[2], size=3)
+    assert (page, more) == (made[3:6], True)
+    page, more = keys_page(query, queue="q", after_key=made[5], size=3)
+    assert (page, more) == (made[6:], False)
+    page, more = keys_page(query, queue="q", before_key=made[6], size=3)
+    assert (page, more) == (made[3:6], True)
+
+
+def test_a_plan_counts_up_to_its_tail_key_and_a_batch_starts_after_its_cursor() -> None:
+    made = park("x 1", "x 2", "x 3")
+    park("x 4")
+    query = parse("x")
+    assert count_matching(query, queue="q", until_key=made[-1]) == 3
+    assert matching_keys(query, queue="q", after_key=made[0], until_key=made[-1]) == made[1:]
+    assert count_matching(parse(""), queue="q", until_key=made[1]) == 2
+
+
+# --- the index in step with every write path ----------------------------------------
+
+
+def postings(key: bytes) -> set[str]:
+    return {p.term for p in SearchTerm.objects.filter(key=key)}
+
+
+def test_a_park_writes_no_posting_and_a_search_indexes_it_first() -> None:
+    (key,) = park("fresh words")
+    assert postings(key) == set() and pending_count() == 1
+    assert found("fresh") == [key]
+    assert {"fresh", "words", "code:0"} <= postings(key)
+    assert pending_count() == 0
+
+
+def test_a_failed_attempt_rewrites_the_row_and_its_words(settings: Any) -> None:
+    settings.DEADLETTER_HANDLERS = {"q": "tests.queue.test_search.failing"}
+    (key,) = park("m", extra={"host": "alpha"})
+    assert found("alpha") == [key]
+    Drainer(["q"], log_progress=False).run()
+    assert found("error:refused error:alpha") == [key]
+    row = QueuedMessage.objects.get(key=key)
+    msg = codec.decode(bytes(row.value))[0]
+    store_failed_msgs("other", msg.replace(extra={"host": "beta", "LastError": "x"}))
+    # A rewrite of the row itself (a handler's replacement) leaves no stale match.
+    QueuedMessage.objects.filter(key=key).update(
+        value=codec.encode_one(msg.replace(extra={"LastError": "gone"})), search_pending=1
+    )
+    assert found("error:alpha") == []
+    assert found("error:gone") == [key]
+
+
+def test_a_partial_delivery_rewrites_under_new_keys_that_are_found(settings: Any) -> None:
+    settings.DEADLETTER_HANDLERS = {"q": "tests.queue.test_search.keep_one_recipient"}
+    park("partly", skip_recipients=[])
+    Drainer(["q"], log_progress=False).run()
+    assert len(found("partly")) == 1
+
+
+def keep_one_recipient(msg: Message) -> Message:
+    return msg.replace(skip_recipients=["a"], subject="partly")
+
+
+def test_the_legacy_split_kv_import_and_ndjson_load_are_all_found(tmp_path: Any) -> None:
+    insert(b"legacy", codec.encode([Message(subject="split one"), Message(subject="two")]))
+    split_legacy_rows(connection, TABLE)
+    assert len(found("split", "legacy")) == 1
+    report = import_kv(FIXTURES / "edb-small.sqlite")
+    assert report
+    (any_key,) = QueuedMessage.objects.exclude(key__startswith=b"legacy").values_list(
+        "key", flat=True
+    )[:1]
+    imported = bytes(any_key)
+    assert imported in found(f"key:{imported.hex()}", None)
+    loaded = keys.make_key("loaded", GoTime.now().unix_ns, 7)
+    line = ndjson.row_line(loaded, codec.encode_one(Message(subject="loaded from a file")))
+    ndjson.load(io.StringIO(line + "\n"))
+    assert len(found("loaded file", "loaded")) == 1
+
+
+def test_the_sweep_removes_postings_of_delivered_rows_only() -> None:
+    gone, kept = park("gone word", "kept word")
+    index_pending()
+    dequeue(gone)
+    stale = postings(gone)
+    assert stale  # a delivery writes nothing more
+    assert found("word") == [kept]  # the join hides the stale posting
+    assert sum(iter_sweep()) == len(stale)
+    assert postings(gone) == set() and postings(kept)
+
+
+def test_rows_written_by_raw_sql_are_pending_by_the_columns_default() -> None:
+    key = insert_at("q", GoTime.now().unix_ns, 1, Message(subject="raw"))
+    with connection.cursor() as cursor:
+        cursor.execute(raw_sql("SELECT search_pending FROM {table} WHERE {key} = %s"), (key,))
+        assert cursor.fetchone()[0] == 1
+    assert found("raw") == [key]
+
+
+def test_an_old_first_failure_is_found_in_the_key_range_of_today() -> None:
+    (key,) = park("m", queued_at=datetime.now(UTC) - timedelta(days=20))
+    assert found(f"before:{(datetime.now(UTC) - timedelta(days=19)).date()}") == [key]
