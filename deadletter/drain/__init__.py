@@ -13,7 +13,9 @@ asked to do), `locking` (SQLite's one drain per queue), `workers` (forked
 workers on PostgreSQL and MySQL/MariaDB), `run` (the `Drainer`, one pass),
 `service` (pass after pass, `--forever`), `stopping` (signals), `timeouts`
 (handlers under a time limit), `retry` (`redeliver`, the admin's "retry
-these": the loop fed by keys) and `web` (views outside the request's
+these": the loop fed by keys), `redrives` (a stored redrive planned and
+cancelled), `redrive_run` (run and resumed through the same loop),
+`redrive_match` (the keys it walks) and `web` (views outside the request's
 transaction).
 """
 
@@ -31,6 +33,8 @@ from deadletter.drain.locking import QueueLock
 from deadletter.drain.options import DrainOptions
 from deadletter.drain.outcomes import LAST_ERROR_LIMIT, deliver, last_error
 from deadletter.drain.policy import Policy, handler_path
+from deadletter.drain.redrive_run import resume_redrives, run_redrive
+from deadletter.drain.redrives import RedriveError, cancel_redrive, plan_redrive
 from deadletter.drain.report import DROP_REASONS, DrainReport, Outcome
 from deadletter.drain.retry import redeliver
 from deadletter.drain.run import PROGRESS_EVERY, Drainer
@@ -66,9 +70,11 @@ __all__ = [
     "Outcome",
     "Policy",
     "QueueLock",
+    "RedriveError",
     "ServiceReport",
     "SignalGuard",
     "TimeLimit",
+    "cancel_redrive",
     "deliver",
     "handler_path",
     "handler_problems",
@@ -76,6 +82,9 @@ __all__ = [
     "last_error",
     "load_handlers",
     "outside_request_transactions",
+    "plan_redrive",
     "redeliver",
+    "resume_redrives",
+    "run_redrive",
     "serve",
 ]

@@ -405,6 +405,7 @@ class _Run:
         self.step.failed += outcome in FAILED_AGAIN
         self.walk.done(key)
         self.save()
+        self.stopping()  # a spent deadline ends the loop after this message
 
     def _dropped(self, outcome: Outcome) -> None:
         """A row the queue's rules dropped on the way (expired, corrupt)."""

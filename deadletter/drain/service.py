@@ -8,6 +8,12 @@ restart, a failover or a killed session costs at most the pass it cut short. A
 database that cannot be reached for `DEADLETTER_DATABASE_OUTAGE_LIMIT` ends the
 service with `ServiceReport.failure` saying why, for the command to exit
 non-zero on and its supervisor to restart it.
+
+Between two passes the service runs stored redrives (`redrive_run.redrive_turn`):
+planned ones, and running ones whose runner is gone, for the time the interval
+leaves (at least `REDRIVE_TURN` seconds), then hands the one in progress back as
+planned and makes its next pass. So a long redrive never holds the queues' own
+drain back by more than a turn, and another service may carry it on.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from django.db import DatabaseError
 
 from deadletter.conf import conf
 from deadletter.drain.errors import DrainConfigError
+from deadletter.drain.redrive_run import redrive_turn
 from deadletter.drain.report import DrainReport
 from deadletter.drain.run import Drainer
 from deadletter.drain.timeouts import seconds_of
@@ -31,6 +38,7 @@ from deadletter.store import reconnect, sql
 __all__ = [
     "DEFAULT_INTERVAL",
     "RECONNECT_PAUSE",
+    "REDRIVE_TURN",
     "ServiceReport",
     "configured_outage_limit",
     "outage_limit_problem",
@@ -43,6 +51,9 @@ DEFAULT_INTERVAL = 60.0
 RECONNECT_PAUSE = 1.0
 """The least wait between two tries to reach a database that is down (`--interval 0`
 must not spin on it)."""
+
+REDRIVE_TURN = 5.0
+"""The least time a turn of redrives gets between two passes (`--interval 0` too)."""
 
 UNREACHABLE = "database unreachable"
 """`ServiceReport.stopped_by` when the outage limit ended the service."""
@@ -57,6 +68,7 @@ class ServiceReport:
     delivered: int = 0
     failed: int = 0
     errors: int = 0
+    redrives: int = 0
     last: DrainReport | None = None
     stopped_by: str | None = None
     failure: str | None = None
@@ -146,11 +158,24 @@ def serve(
         )
         if on_pass is not None:
             on_pass(report)
+        turn_began = time.monotonic()
+        total.redrives += _redrives(drainer, max(interval, REDRIVE_TURN))
         if passes is not None and total.passes >= passes:
             break
-        drainer.pause_between_passes(interval)
+        drainer.pause_between_passes(max(0.0, interval - (time.monotonic() - turn_began)))
     total.stopped_by = drainer.stopped_by
     return total
+
+
+def _redrives(drainer: Drainer, seconds: float) -> int:
+    """A turn of stored redrives of the queues this service drains (and moves of
+    any queue), ended early by the service's stop; how many ran."""
+    try:
+        return redrive_turn(queues=drainer.queues, seconds=seconds, halted=drainer.stopping)
+    except DatabaseError:
+        logger.exception("drain service could not run its redrives")
+        reconnect.close_if_lost(sql.connection())
+        return 0
 
 
 def _gave_up(exc: DatabaseError, down_for: float, limit: float) -> str:
