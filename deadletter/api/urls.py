@@ -2,7 +2,7 @@
 
 from django.urls import path, register_converter
 
-from deadletter.api import drain_view, schema, views
+from deadletter.api import drain_view, redrives, schema, views
 from deadletter.api.converters import QueueNameConverter
 
 register_converter(QueueNameConverter, "dlqueue")
@@ -16,6 +16,9 @@ urlpatterns = [
     path("queues/<dlqueue:name>/drain/", drain_view.QueueDrain.as_view(), name="drain"),
     path("queues/<dlqueue:name>/", views.QueueDetail.as_view(), name="queue"),
     path("messages/<str:key>/", views.MessageDetail.as_view(), name="message"),
+    path("redrives/", redrives.RedriveList.as_view(), name="redrives"),
+    path("redrives/<str:pk>/", redrives.RedriveDetail.as_view(), name="redrive"),
+    path("redrives/<str:pk>/cancel/", redrives.RedriveCancel.as_view(), name="redrive-cancel"),
     path("schema/", schema.SchemaView.as_view(), name="schema"),
     path("schema/docs/", schema.DocsView.as_view(), name="docs"),
 ]

@@ -35,6 +35,9 @@ def test_the_schema_is_valid_openapi_3_of_this_api_only(api) -> None:
         f"{API}/queues/{{name}}/",
         f"{API}/queues/{{name}}/drain/",
         f"{API}/queues/{{name}}/messages/",
+        f"{API}/redrives/",
+        f"{API}/redrives/{{id}}/",
+        f"{API}/redrives/{{id}}/cancel/",
     ]
     assert set(schema["components"]["securitySchemes"]) == {"tokenAuth", "cookieAuth"}
 

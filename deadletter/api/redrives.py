@@ -1,0 +1,336 @@
+"""The redrives' endpoints: list and read the stored redrives with their progress,
+plan one (`POST redrives/`, or only count it with `dry_run`), cancel one.
+
+Thin edges over `drain.redrives`: the API plans and cancels, the drain service
+(`deadletter_drain --forever`) or `deadletter_redrive --run ID` runs what is
+planned. Planning and cancelling need `deadletter.redrive_queuedmessage` and
+are each a `LogEntry` naming the user, in the redrive's admin History.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.apps import apps
+from django.urls import reverse
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema_field
+from rest_framework import exceptions, serializers, status
+from rest_framework.exceptions import NotFound, ValidationError
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from deadletter.api.access import DeadletterView, ParsedBody, openapi
+from deadletter.api.fields import Int64Field, TextField
+from deadletter.api.serializers import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, ErrorSerializer
+from deadletter.api.views import BAD, REFUSALS
+from deadletter.conf import conf
+from deadletter.drain.redrives import RedriveError, cancel_redrive, plan_redrive
+from deadletter.models import Redrive
+from deadletter.queue import search
+from deadletter.wire import keys
+
+REDRIVE = "deadletter.redrive_queuedmessage"
+MAX_CONCURRENCY = 1000
+ID = OpenApiParameter("id", int, OpenApiParameter.PATH, description="The redrive's id.")
+
+
+def _queue_name(value: str) -> str:
+    try:
+        keys.encode_queue_name(value)
+    except ValueError as exc:
+        raise serializers.ValidationError(str(exc)) from None
+    return value
+
+
+@extend_schema_field({"type": "integer", "minimum": 1, "maximum": MAX_CONCURRENCY})
+class ConcurrencyField(Int64Field):
+    """Messages handed to the handler at once: a JSON integer, 1..MAX_CONCURRENCY."""
+
+
+@extend_schema_field({"type": "integer", "minimum": 1})
+class StepField(Int64Field):
+    """One step of a ramp: a JSON integer above 0."""
+
+
+class RedriveRequestSerializer(serializers.Serializer):
+    """What `POST redrives/` asks for: `deadletter_redrive`'s options by name."""
+
+    queue = TextField(help_text="The queue whose messages are redriven.")
+    search = TextField(
+        required=False,
+        default="",
+        help_text="The search language of the admin and `?q=` (words, phrases, qualifiers).",
+    )
+    after = serializers.DateTimeField(
+        required=False, allow_null=True, default=None, help_text="First failure at or after."
+    )
+    before = serializers.DateTimeField(
+        required=False, allow_null=True, default=None, help_text="First failure before."
+    )
+    destination = TextField(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="Move the messages into this queue (the command's --to), no handler "
+        "called; null: hand each to its queue's handler.",
+    )
+    rate = serializers.FloatField(
+        required=False,
+        allow_null=True,
+        default=None,
+        min_value=0.001,
+        help_text="At most this many messages a second; null: no limit.",
+    )
+    ramp = serializers.ListField(
+        child=StepField(),
+        required=False,
+        default=list,
+        help_text="Step sizes to ramp up through, such as [1, 5, 20].",
+    )
+    stop_after = serializers.FloatField(
+        required=False,
+        allow_null=True,
+        default=None,
+        max_value=100,
+        help_text="Stop when more than this percentage of a step's messages fail again.",
+    )
+    ignore_backoff = serializers.BooleanField(required=False, default=False)
+    concurrency = ConcurrencyField(required=False, default=1)
+    dry_run = serializers.BooleanField(
+        required=False, default=False, help_text="Count what matches (the plan); store nothing."
+    )
+
+    def validate_queue(self, value: str) -> str:
+        return _queue_name(value)
+
+    def validate_destination(self, value: str | None) -> str | None:
+        return None if value is None else _queue_name(value)
+
+    def validate_search(self, value: str) -> str:
+        try:
+            search.parse(value)
+        except search.SearchError as exc:
+            raise serializers.ValidationError(str(exc)) from None
+        return value
+
+    def validate_stop_after(self, value: float | None) -> float | None:
+        if value is not None and value <= 0:
+            raise serializers.ValidationError("Must be above 0.")
+        return value
+
+    def validate_ramp(self, value: list[int]) -> list[int]:
+        if any(step < 1 for step in value):
+            raise serializers.ValidationError("Every step is a whole number above 0.")
+        return value
+
+    def validate_concurrency(self, value: int) -> int:
+        if not 1 <= value <= MAX_CONCURRENCY:
+            raise serializers.ValidationError(f"Must be between 1 and {MAX_CONCURRENCY}.")
+        return value
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if attrs["destination"] is not None and attrs["destination"] == attrs["queue"]:
+            raise serializers.ValidationError(
+                {"destination": ["The destination is the queue itself."]}
+            )
+        after, before = attrs["after"], attrs["before"]
+        if after is not None and before is not None and not after < before:
+            raise serializers.ValidationError({"before": ["Must be later than after."]})
+        return attrs
+
+
+class RedriveSerializer(serializers.Serializer):
+    """A redrive with its progress, as the run writes it; `id` and `url` are null for
+    a dry run's plan, which is not stored."""
+
+    id = serializers.IntegerField(allow_null=True)
+    url = serializers.SerializerMethodField()
+    queue = serializers.CharField()
+    search = serializers.CharField()
+    after = serializers.DateTimeField(allow_null=True)
+    before = serializers.DateTimeField(allow_null=True)
+    destination = serializers.CharField(allow_null=True)
+    rate = serializers.FloatField(allow_null=True)
+    ramp = serializers.ListField(child=serializers.IntegerField())
+    stop_after = serializers.FloatField(allow_null=True)
+    ignore_backoff = serializers.BooleanField()
+    concurrency = serializers.IntegerField()
+    status = serializers.ChoiceField(choices=Redrive.Status.choices)
+    reason = serializers.CharField(help_text="Why it stopped or failed, when it did.")
+    started_by = serializers.CharField()
+    matched = serializers.IntegerField(help_text="Messages the plan counted.")
+    delivered = serializers.IntegerField()
+    failed = serializers.IntegerField(help_text="Handed over and failed again (still parked).")
+    dropped = serializers.IntegerField()
+    moved = serializers.IntegerField()
+    remaining = serializers.IntegerField()
+    created_at = serializers.DateTimeField()
+    started_at = serializers.DateTimeField(allow_null=True)
+    finished_at = serializers.DateTimeField(allow_null=True)
+    heartbeat_at = serializers.DateTimeField(allow_null=True)
+
+    @extend_schema_field({"type": "string", "format": "uri", "nullable": True})
+    def get_url(self, redrive: Redrive) -> str | None:
+        request = self.context.get("request")
+        if redrive.pk is None or request is None:
+            return None
+        return request.build_absolute_uri(
+            reverse(f"{request.resolver_match.namespace}:redrive", kwargs={"pk": redrive.pk})
+        )
+
+
+class RedrivePageQuerySerializer(serializers.Serializer):
+    """A page of redrives, newest first: those older than id `after`, at most `limit`."""
+
+    after = serializers.IntegerField(
+        required=False, min_value=1, help_text="The last id of the previous page."
+    )
+    limit = serializers.IntegerField(
+        min_value=1, max_value=MAX_PAGE_SIZE, default=DEFAULT_PAGE_SIZE, required=False
+    )
+    status = serializers.ChoiceField(
+        choices=Redrive.Status.choices, required=False, help_text="Only redrives in this status."
+    )
+
+
+class RedrivePageSerializer(serializers.Serializer):
+    results = RedriveSerializer(many=True)
+    next = serializers.URLField(allow_null=True, help_text="The next page; null on the last.")
+
+
+class Conflict(exceptions.APIException):
+    status_code = status.HTTP_409_CONFLICT
+    default_detail = "The redrive is already over."
+    default_code = "redrive_over"
+
+
+def _redrives() -> Any:
+    return Redrive.objects.using(conf.DATABASE)
+
+
+def _found(pk: str) -> Redrive:
+    """The redrive of the URL's id (kept as text, as the base view checks every
+    captured value), or a 404."""
+    redrive = (
+        _redrives().filter(pk=int(pk)).first()
+        if pk.isascii() and pk.isdigit() and len(pk) < 19
+        else None
+    )
+    if redrive is None:
+        raise NotFound("No redrive with that id.")
+    return redrive
+
+
+def _audit(request: Request, redrive: Redrive, flag: int, text: str) -> None:
+    """A `LogEntry` naming the user, in the redrive's History, where the admin is
+    installed (its log is the admin's model)."""
+    if not apps.is_installed("django.contrib.admin"):
+        return
+    log_entry: Any = apps.get_model("admin", "LogEntry")
+    log_entry.objects.log_actions(
+        user_id=request.user.pk, queryset=[redrive], action_flag=flag, change_message=text
+    )
+
+
+ADDITION, CHANGE = 1, 2  # django.contrib.admin.models' flags
+
+
+class RedriveList(DeadletterView):
+    """GET: the redrives, newest first, a page at a time (`?after=<id>&limit=<n>`,
+    `?status=`). POST: plan one, answered with it (201); with `dry_run` only the
+    plan, counted and not stored (200). The drain service runs a planned redrive."""
+
+    permissions = {"POST": REDRIVE}
+
+    @openapi(
+        operation_id="redrives_list",
+        parameters=[RedrivePageQuerySerializer],
+        responses={200: RedrivePageSerializer, 400: BAD, **REFUSALS},
+    )
+    def get(self, request: Request) -> Response:
+        query = RedrivePageQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        limit: int = query.validated_data["limit"]
+        found = _redrives().order_by("-id")
+        if "after" in query.validated_data:
+            found = found.filter(id__lt=query.validated_data["after"])
+        if "status" in query.validated_data:
+            found = found.filter(status=query.validated_data["status"])
+        # One more than asked tells whether there is a next page.
+        page = list(found[: limit + 1])
+        next_url = None
+        if len(page) > limit:
+            page = page[:limit]
+            params = request.query_params.copy()
+            params["after"] = str(page[-1].pk)
+            params["limit"] = str(limit)
+            next_url = request.build_absolute_uri(f"{request.path}?{params.urlencode()}")
+        context = {"request": request}
+        return Response(
+            {"results": RedriveSerializer(page, many=True, context=context).data, "next": next_url}
+        )
+
+    @openapi(
+        request=RedriveRequestSerializer,
+        responses={
+            201: RedriveSerializer,
+            200: OpenApiResponse(RedriveSerializer, description="`dry_run`: the plan, unsaved."),
+            400: BAD,
+            **REFUSALS,
+        },
+    )
+    def post(self, request: Request) -> Response:
+        body = request.data
+        if not isinstance(body, ParsedBody):
+            raise ValidationError({"payload": ["A JSON object (the redrive) is required."]})
+        asked = RedriveRequestSerializer(data=dict(body))
+        asked.is_valid(raise_exception=True)
+        options = dict(asked.validated_data)
+        dry_run = options.pop("dry_run")
+        options["ramp"] = tuple(options["ramp"])
+        try:
+            redrive = plan_redrive(
+                **options, started_by=request.user.get_username(), save=not dry_run
+            )
+        except RedriveError as exc:
+            raise ValidationError({"non_field_errors": [str(exc)]}) from None
+        shown = RedriveSerializer(redrive, context={"request": request}).data
+        if dry_run:
+            return Response(shown)
+        _audit(request, redrive, ADDITION, f"Planned through the API: {redrive.matched} message(s)")
+        headers = {"Location": shown["url"]}
+        return Response(shown, status=status.HTTP_201_CREATED, headers=headers)
+
+
+class RedriveDetail(DeadletterView):
+    """One redrive and its progress: the counts the run has written so far."""
+
+    @openapi(parameters=[ID], responses={200: RedriveSerializer, 404: ErrorSerializer, **REFUSALS})
+    def get(self, request: Request, pk: str) -> Response:
+        return Response(RedriveSerializer(_found(pk), context={"request": request}).data)
+
+
+class RedriveCancel(DeadletterView):
+    """Cancel a planned or running redrive: it stops before its next message (what it
+    did stays done). 409 when it is already over."""
+
+    permissions = {"POST": REDRIVE}
+
+    @openapi(
+        parameters=[ID],
+        request=None,
+        responses={
+            200: RedriveSerializer,
+            404: ErrorSerializer,
+            409: OpenApiResponse(ErrorSerializer, description="The redrive is already over."),
+            **REFUSALS,
+        },
+    )
+    def post(self, request: Request, pk: str) -> Response:
+        found = _found(pk)
+        try:
+            redrive = cancel_redrive(found.pk)
+        except RedriveError as exc:
+            raise Conflict(str(exc)) from None
+        _audit(request, redrive, CHANGE, "Cancelled through the API")
+        return Response(RedriveSerializer(redrive, context={"request": request}).data)
