@@ -32,7 +32,7 @@ from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
 from deadletter import drain
-from deadletter.admin import bulk, overview, rows
+from deadletter.admin import bulk, overview, redrives, rows
 from deadletter.admin.changelist import CauseFilter, KeysetChangeList, QueueFilter
 from deadletter.conf import conf
 from deadletter.models import HexKey, QueuedMessage
@@ -115,7 +115,11 @@ class QueuedMessageAdmin(admin.ModelAdmin):
 
     @drain.outside_request_transactions
     def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> Any:
-        context = {"overview_url": reverse("admin:deadletter_overview"), **(extra_context or {})}
+        context = {
+            "overview_url": reverse("admin:deadletter_overview"),
+            "redrive_url": redrives.plan_link(request),
+            **(extra_context or {}),
+        }
         return super().changelist_view(request, context)
 
     def change_view(
