@@ -305,7 +305,10 @@ class RedriveList(DeadletterView):
 class RedriveDetail(DeadletterView):
     """One redrive and its progress: the counts the run has written so far."""
 
-    @openapi(parameters=[ID], responses={200: RedriveSerializer, 404: ErrorSerializer, **REFUSALS})
+    @openapi(
+        parameters=[ID],
+        responses={200: RedriveSerializer, 400: BAD, 404: ErrorSerializer, **REFUSALS},
+    )
     def get(self, request: Request, pk: str) -> Response:
         return Response(RedriveSerializer(_found(pk), context={"request": request}).data)
 
@@ -321,6 +324,7 @@ class RedriveCancel(DeadletterView):
         request=None,
         responses={
             200: RedriveSerializer,
+            400: BAD,
             404: ErrorSerializer,
             409: OpenApiResponse(ErrorSerializer, description="The redrive is already over."),
             **REFUSALS,
