@@ -32,11 +32,11 @@ from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
 from deadletter import drain
-from deadletter.admin import bulk, overview, redrives, rows
+from deadletter.admin import bulk, overview, redrives, rows, searching
 from deadletter.admin.changelist import CauseFilter, KeysetChangeList, QueueFilter
 from deadletter.conf import conf
 from deadletter.models import HexKey, QueuedMessage
-from deadletter.queue import browse
+from deadletter.queue import browse, search
 from deadletter.wire import gotime
 
 KEY_LOOKUPS = frozenset({"key", "key__exact", "key__gt", "key__gte", "key__lt", "key__lte"})
@@ -61,6 +61,10 @@ class QueuedMessageAdmin(admin.ModelAdmin):
     ]
     list_display_links = ["parked"]
     list_filter = [QueueFilter, CauseFilter]
+    # Shows Django's search box; the search itself is `queue.search`'s
+    # (`get_search_results` leaves the queryset to the change list's pages).
+    search_fields = ("key",)
+    search_help_text = searching.HELP
     ordering = ["key"]
     sortable_by = ()
     list_per_page = 50
@@ -131,10 +135,25 @@ class QueuedMessageAdmin(admin.ModelAdmin):
         }
         return super().change_view(request, object_id, form_url, context)
 
-    def response_action(self, request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
-        """Actions on posted keys that are not hex are refused with one message."""
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[QueuedMessage], search_term: str
+    ) -> tuple[QuerySet[QueuedMessage], bool]:
+        return queryset, False
+
+    def response_action(
+        self, request: HttpRequest, queryset: QuerySet[Any], *args: Any, **kwargs: Any
+    ) -> Any:
+        """Actions on posted keys that are not hex are refused with one message; an
+        action on all rows a search matches acts on exactly those."""
         try:
-            return super().response_action(request, *args, **kwargs)
+            if request.POST.get("select_across") == "1" and request.GET.get("q", "").strip():
+                query = searching.query_of(request, request.GET.get(CauseFilter.parameter_name))
+                queue = request.GET.get(QueueFilter.parameter_name) or None
+                queryset = searching.searched_rows(queryset, query, queue)
+            return super().response_action(request, queryset, *args, **kwargs)
+        except (searching.SearchTooBroad, search.SearchError) as exc:
+            self.message_user(request, str(exc), messages.ERROR)
+            return HttpResponseRedirect(request.get_full_path())
         except (ValueError, ValidationError):
             self.message_user(request, "The selection holds a key that is not hex.", messages.ERROR)
             return HttpResponseRedirect(request.get_full_path())

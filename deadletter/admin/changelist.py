@@ -15,14 +15,16 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, TypedDict
 
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.contrib.admin.options import IncorrectLookupParameters
 from django.contrib.admin.views.main import ChangeList
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.translation import gettext
 
+from deadletter.admin import searching
 from deadletter.models import QueuedMessage
+from deadletter.queue import search
 from deadletter.reports import overview, queues
 from deadletter.wire import keys
 
@@ -129,13 +131,24 @@ def _key_param(request: HttpRequest, name: str) -> bytes | None:
 
 
 class KeysetChangeList(ChangeList):
-    """A changelist whose pages are key ranges: `?after=<hex>` / `?before=<hex>`."""
+    """A changelist whose pages are key ranges: `?after=<hex>` / `?before=<hex>`.
+
+    With a search (`?q=`) a page is the next matches in key order from the same
+    cursor (`search.keys_page`): still never counted. A malformed search is one
+    error message above an empty list."""
 
     def __init__(self, request: HttpRequest, *args: Any, **kwargs: Any) -> None:
         self.after_key = _key_param(request, AFTER)
         self.before_key = _key_param(request, BEFORE)
         self.next_url: str | None = None
         self.previous_url: str | None = None
+        self.search_query: search.Query | None = None
+        self.search_error: str | None = None
+        try:
+            self.search_query = searching.query_of(request, request.GET.get("cause"))
+        except search.SearchError as exc:
+            self.search_error = str(exc)
+            messages.error(request, f"Search: {exc}")
         super().__init__(request, *args, **kwargs)
 
     def get_filters_params(self, params: Any = None) -> Any:
@@ -147,7 +160,25 @@ class KeysetChangeList(ChangeList):
     def get_results(self, request: HttpRequest) -> None:
         size = self.list_per_page
         queryset = self.queryset
-        if self.before_key is not None:
+        if self.search_error is not None:
+            rows: list[QueuedMessage] = []
+            has_previous = has_next = False
+        elif self.query.strip() and self.search_query is not None:
+            try:
+                found, more = search.keys_page(
+                    self.search_query,
+                    queue=request.GET.get(QueueFilter.parameter_name) or None,
+                    after_key=self.after_key,
+                    before_key=self.before_key,
+                    size=size,
+                )
+            except ValueError:  # no such queue name: the queue filter shows none either
+                found, more = [], False
+            rows = list(queryset.filter(key__in=found).order_by("key"))
+            backwards = self.before_key is not None and self.after_key is None
+            has_previous = more if backwards else self.after_key is not None
+            has_next = True if backwards else more
+        elif self.before_key is not None:
             rows = list(queryset.filter(key__lt=self.before_key).order_by("-key")[: size + 1])
             has_previous, has_next = len(rows) > size, True
             rows = rows[:size][::-1]

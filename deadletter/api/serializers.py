@@ -23,7 +23,7 @@ from deadletter.api.fields import (
     format_unix_ns,
 )
 from deadletter.conf import conf
-from deadletter.queue import age, browse, seals
+from deadletter.queue import age, browse, seals, search
 from deadletter.queue.browse import Row
 from deadletter.reports.summaries import QueueStatus
 from deadletter.wire import codec, keys
@@ -213,12 +213,30 @@ _MESSAGE_OUTPUT = MessageSerializer()
 
 
 class PageQuerySerializer(serializers.Serializer):
-    """A page of a queue: the rows after key `after` (exclusive), at most `limit`."""
+    """A page of a queue: the rows after key `after` (exclusive), at most `limit`,
+    those a search `q` matches when it is given."""
 
     after = KeyField(required=False, help_text="The last key of the previous page.")
     limit = serializers.IntegerField(
         min_value=1, max_value=MAX_PAGE_SIZE, default=DEFAULT_PAGE_SIZE, required=False
     )
+    q = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        trim_whitespace=True,
+        max_length=search.MAX_QUERY_CHARS,
+        help_text=(
+            'The search: whole words, "phrases", subject:, user:, error:, code:, cause:, '
+            "key:<hex prefix>, after:/before:<ISO date> (the first failure), NAME:value for "
+            "another key; every term must hold (docs/search.md)."
+        ),
+    )
+
+    def validate_q(self, value: str) -> search.Query:
+        try:
+            return search.parse(value)
+        except search.SearchError as exc:
+            raise serializers.ValidationError(str(exc)) from None
 
 
 class PageSerializer(serializers.Serializer):

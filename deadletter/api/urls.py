@@ -15,6 +15,7 @@ urlpatterns = [
     path("queues/<dlqueue:name>/messages/", views.MessageList.as_view(), name="messages"),
     path("queues/<dlqueue:name>/drain/", drain_view.QueueDrain.as_view(), name="drain"),
     path("queues/<dlqueue:name>/", views.QueueDetail.as_view(), name="queue"),
+    path("messages/", views.SearchList.as_view(), name="search"),
     path("messages/<str:key>/", views.MessageDetail.as_view(), name="message"),
     path("redrives/", redrives.RedriveList.as_view(), name="redrives"),
     path("redrives/<str:pk>/", redrives.RedriveDetail.as_view(), name="redrive"),

@@ -38,7 +38,7 @@ from deadletter.api.serializers import (
     RowSerializer,
     api_queue_refusal,
 )
-from deadletter.queue import browse
+from deadletter.queue import browse, search
 from deadletter.reports import queues as queue_pages
 from deadletter.reports import summaries
 from deadletter.wire import keys
@@ -138,20 +138,11 @@ class MessageList(DeadletterView):
         query = PageQuerySerializer(data=request.query_params)
         query.is_valid(raise_exception=True)
         after: bytes | None = query.validated_data.get("after")
-        limit: int = query.validated_data["limit"]
         low, high = keys.queue_bounds(name)
         if after is not None and not low <= after < high:
             raise ValidationError({"after": ["The key does not belong to this queue."]})
-        # One row more than asked tells whether there is a next page.
-        rows = browse.page_rows(name, after=after, limit=limit + 1)
-        next_url = None
-        if len(rows) > limit:
-            rows = rows[:limit]
-            path = reverse("deadletter-api:messages", kwargs={"name": name})
-            next_url = request.build_absolute_uri(
-                f"{path}?after={keys.to_text(rows[-1].key)}&limit={limit}"
-            )
-        return Response({"results": RowSerializer(rows, many=True).data, "next": next_url})
+        path = reverse("deadletter-api:messages", kwargs={"name": name})
+        return _page(request, query.validated_data, name, path)
 
     @openapi(
         parameters=[NAME],
@@ -174,6 +165,46 @@ class MessageList(DeadletterView):
         )
         parked = ParkedSerializer({"key": keys.to_text(key), "queue": name, "url": location})
         return Response(parked.data, status=status.HTTP_201_CREATED, headers={"Location": location})
+
+
+class SearchList(DeadletterView):
+    """GET: the rows of every queue in key order (queue by queue, each oldest first),
+    a page at a time by key, those a search `?q=` matches when it is given."""
+
+    @openapi(
+        operation_id="messages_search",
+        parameters=[PageQuerySerializer],
+        responses={200: PageSerializer, 400: BAD, **REFUSALS},
+    )
+    def get(self, request: Request) -> Response:
+        query = PageQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        return _page(request, query.validated_data, None, reverse("deadletter-api:search"))
+
+
+def _page(request: Request, asked: dict[str, Any], name: str | None, path: str) -> Response:
+    """One page of rows after `asked["after"]`: the queue's (or every queue's), or
+    the matches of `asked["q"]`; one row more than asked tells whether there is a
+    next page, whose URL keeps the search."""
+    after: bytes | None = asked.get("after")
+    limit: int = asked["limit"]
+    found: search.Query | None = asked.get("q")
+    if found or name is None:
+        row_keys, more = search.keys_page(
+            found or search.parse(""), queue=name, after_key=after, size=limit
+        )
+        rows = browse.rows_of(row_keys)
+    else:
+        rows = browse.page_rows(name, after=after, limit=limit + 1)
+        more = len(rows) > limit
+        rows = rows[:limit]
+    next_url = None
+    if more and rows:
+        params = {"after": keys.to_text(rows[-1].key), "limit": str(limit)}
+        if found:
+            params["q"] = found.text
+        next_url = request.build_absolute_uri(f"{path}?{urlencode(params)}")
+    return Response({"results": RowSerializer(rows, many=True).data, "next": next_url})
 
 
 @method_decorator(drain.outside_request_transactions, name="dispatch")
@@ -213,4 +244,4 @@ def _key(text: str) -> bytes:
     return key
 
 
-__all__ = ["MessageDetail", "MessageList", "QueueDetail", "QueueList", "serializers"]
+__all__ = ["MessageDetail", "MessageList", "QueueDetail", "QueueList", "SearchList", "serializers"]

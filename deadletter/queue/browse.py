@@ -16,7 +16,7 @@ from deadletter.store import sql
 from deadletter.wire import codec, keys
 from deadletter.wire.messages import Message
 
-__all__ = ["MAX_PAGE", "Row", "expired_keys", "get_row", "is_too_large", "page_rows"]
+__all__ = ["MAX_PAGE", "Row", "expired_keys", "get_row", "is_too_large", "page_rows", "rows_of"]
 
 MAX_PAGE = 500
 
@@ -59,6 +59,24 @@ def get_row(key: bytes) -> Row | None:
         )
         found = cursor.fetchone()
     return _row(bytes(found[0]), found[1]) if found else None
+
+
+def rows_of(row_keys: list[bytes]) -> list[Row]:
+    """The rows of `row_keys` that are still there, in that order, in one statement
+    (a page of search results)."""
+    if not row_keys:
+        return []
+    connection = sql.connection()
+    marks = ", ".join(["%s"] * len(row_keys))
+    with connection.cursor() as cursor:
+        cursor.execute(
+            sql.statement(
+                connection, "SELECT {key}, value FROM {table} WHERE {key} IN ({marks})", marks=marks
+            ),
+            [bytes(k) for k in row_keys],
+        )
+        found = {bytes(k): v for k, v in cursor.fetchall()}
+    return [_row(k, found[k]) for k in map(bytes, row_keys) if k in found]
 
 
 def code_name(code: object) -> str | None:

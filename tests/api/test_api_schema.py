@@ -30,6 +30,7 @@ def test_the_schema_is_valid_openapi_3_of_this_api_only(api) -> None:
     validate_schema(schema)
     assert schema["openapi"].startswith("3.")
     assert sorted(schema["paths"]) == [
+        f"{API}/messages/",
         f"{API}/messages/{{key}}/",
         f"{API}/queues/",
         f"{API}/queues/{{name}}/",

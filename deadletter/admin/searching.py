@@ -1,0 +1,53 @@
+"""The change list's search box: the query language of `queue.search`, read once
+per request, and the selection an action on "all matching" a search acts on."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from django.contrib.admin.views.main import SEARCH_VAR
+from django.db.models import QuerySet
+from django.http import HttpRequest
+
+from deadletter.models import QueuedMessage
+from deadletter.queue import search
+
+__all__ = ["HELP", "MAX_ACTION_ROWS", "SearchTooBroad", "query_of", "searched_rows"]
+
+HELP = (
+    "Whole words in the subject, recipient, fields, descriptions, last error or any other "
+    'key; "a phrase"; subject:, user:, error:, code:, cause:"…", key:<hex>, '
+    "after:/before:<date> (the first failure), NAME:value for another key. All terms must hold."
+)
+# An action on "all matching" a search acts on the keys the search gives, read
+# whole first: more than this is refused (a redrive takes any number).
+MAX_ACTION_ROWS = 10_000
+
+
+class SearchTooBroad(ValueError):
+    """A search matching too many rows for an action on all of them at once."""
+
+
+def query_of(request: HttpRequest, cause: str | None = None) -> search.Query:
+    """The search the request asks for (`?q=`), with the cause filter's signature
+    as one more condition; `search.SearchError` for a malformed one."""
+    query = search.parse(request.GET.get(SEARCH_VAR, ""))
+    if cause:
+        query = dataclasses.replace(query, causes=(*query.causes, search.Cause(cause)))
+    return query
+
+
+def searched_rows(
+    queryset: QuerySet[QueuedMessage], query: search.Query, queue: str | None
+) -> QuerySet[QueuedMessage]:
+    """`queryset` narrowed to the rows `query` matches; `SearchTooBroad` past
+    `MAX_ACTION_ROWS`."""
+    found: list[bytes] = []
+    for key in search.iter_matching(query, queue=queue):
+        found.append(key)
+        if len(found) > MAX_ACTION_ROWS:
+            raise SearchTooBroad(
+                f"The search matches more than {MAX_ACTION_ROWS:,} messages, too many for one "
+                "action: narrow it, or redrive them (Redrive matching…)."
+            )
+    return queryset.filter(key__in=found)
