@@ -154,6 +154,23 @@ def recorded(path: Path) -> list[str]:
     return [line.split(" ", 1)[1] for line in path.read_text().splitlines() if " " in line]
 
 
+def kill_once_recorded(drain: Drain, target: int, jitter: float, rng: random.Random) -> bool:
+    """SIGKILL `drain` a random pause of up to `jitter` seconds after its record
+    holds `target` deliveries; False when it ended first (the queue ran dry, which
+    must be exit status 0)."""
+    deadline = time.monotonic() + 30
+    while len(recorded(drain.record)) < target and drain.proc.poll() is None:
+        assert time.monotonic() < deadline, drain.output()
+        time.sleep(0.001)
+    time.sleep(rng.uniform(0, jitter))
+    if drain.proc.poll() is not None:
+        assert drain.wait() == 0, drain.output()
+        return False
+    drain.proc.kill()
+    drain.proc.wait()
+    return True
+
+
 def assert_only_messages_in_hand_were_delivered_twice(
     deliveries: Counter[str], in_hand_at_kill: Counter[str]
 ) -> None:

@@ -33,6 +33,7 @@ from project.demo import handlers as demo_handlers
 from tests.drain.drain_harness import (
     Drain,
     assert_only_messages_in_hand_were_delivered_twice,
+    kill_once_recorded,
     recorded,
 )
 from tests.factories import REPO, manage_py, park, parked
@@ -335,17 +336,8 @@ def test_sigkill_at_random_points_loses_nothing_and_duplicates_only_the_message_
             top_up()
         before = len(recorded(record))
         drain = Drain(subprocess_env, tmp_path, DRAIN_PAUSE="0.002")
-        target = before + rng.randint(1, 4)
-        deadline = time.monotonic() + 30
-        while len(recorded(record)) < target and drain.proc.poll() is None:
-            assert time.monotonic() < deadline, drain.output()
-            time.sleep(0.001)
-        time.sleep(rng.uniform(0, 0.004))
-        if drain.proc.poll() is not None:  # the queue ran dry before this kill
-            assert drain.wait() == 0, drain.output()
-            continue
-        drain.proc.kill()
-        drain.proc.wait()
+        if not kill_once_recorded(drain, before + rng.randint(1, 4), 0.004, rng):
+            continue  # the queue ran dry before this kill
         kills += 1
         lines = recorded(record)
         if lines:
