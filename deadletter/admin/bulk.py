@@ -36,6 +36,25 @@ class Progress:
         return f"{self.left:,}{'+' if self.left_capped else ''}"
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class Matching:
+    """How many rows a selection holds, counted up to `LEFT_CAP` (a bounded read
+    of the key index however large the queue): exact unless `capped`."""
+
+    rows: int
+    capped: bool
+
+    def __str__(self) -> str:
+        return f"at least {self.rows:,}" if self.capped else f"{self.rows:,}"
+
+
+def matching(queryset: QuerySet[QueuedMessage]) -> Matching:
+    """The selection's rows, counted up to `LEFT_CAP`: what "delete all matching"
+    says it deletes, and what a bounded run says it left."""
+    found = queryset.order_by().values_list("key", flat=True)[: LEFT_CAP + 1].count()
+    return Matching(min(found, LEFT_CAP), found > LEFT_CAP)
+
+
 def key_chunks(queryset: QuerySet[QueuedMessage], size: int = CHUNK) -> Iterator[list[bytes]]:
     """The selected keys in key order, `size` at a time, each chunk its own query."""
     ordered = queryset.order_by("key").values_list("key", flat=True)
@@ -76,9 +95,9 @@ def run_bounded(
             break
     else:
         return progress
-    rest = queryset.filter(key__gt=last) if last is not None else queryset
-    left = unreached + rest.order_by().values_list("key", flat=True)[: LEFT_CAP + 1].count()
-    progress.left, progress.left_capped = min(left, LEFT_CAP), left > LEFT_CAP
+    rest = matching(queryset.filter(key__gt=last) if last is not None else queryset)
+    left = unreached + rest.rows
+    progress.left, progress.left_capped = min(left, LEFT_CAP), rest.capped or left > LEFT_CAP
     return progress
 
 

@@ -11,13 +11,14 @@ time no time zone can show is written as Go's text.
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.contrib.admin.utils import display_for_value
 from django.utils.formats import date_format
-from django.utils.html import format_html, format_html_join
+from django.utils.html import escape, format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.timesince import timesince
 from django.utils.timezone import localtime
@@ -28,6 +29,7 @@ from deadletter.models import QueuedMessage
 from deadletter.queue import age as age_rule
 from deadletter.queue import browse
 from deadletter.queue.rows import ATTEMPTS_KEY, LAST_ERROR_KEY, attempts_of
+from deadletter.reports import labels
 from deadletter.wire import codec, gotime, keys
 from deadletter.wire.gotime import GoOnlyTime, GoTime
 from deadletter.wire.messages import Message
@@ -189,26 +191,49 @@ def code_name(code: Any) -> SafeString:
     return format_html_join(mark_safe("_<wbr>"), "{}", ((part,) for part in name.split("_")))
 
 
+LONG_TOKEN = 24
+_PUNCTUATION = "/.-_?&=:"
+_SPACED = re.compile(r"(\s+)")
+_AFTER_PUNCTUATION = re.compile(r"[^/.\-_?&=:]+[/.\-_?&=:]*|[/.\-_?&=:]+")
+
+
+def breakable(text: str) -> SafeString:
+    """`text` escaped, a line break allowed inside its long tokens only (a URL, a
+    key, a hash: over `LONG_TOKEN` characters): after their punctuation, and
+    every `LONG_TOKEN // 2` characters of a run longer than `LONG_TOKEN`. A list
+    cell then wraps between words and never cuts one (the CSS breaks no word)."""
+    pieces: list[str] = []
+    for token in _SPACED.split(text):
+        if len(token) <= LONG_TOKEN:
+            pieces.append(escape(token))
+            continue
+        cut: list[str] = []
+        for part in _AFTER_PUNCTUATION.findall(token):
+            step = LONG_TOKEN // 2 if len(part.rstrip(_PUNCTUATION)) > LONG_TOKEN else len(part)
+            cut += [escape(part[i : i + step]) for i in range(0, len(part), step)]
+        pieces.append("<wbr>".join(cut))
+    return mark_safe("".join(pieces))  # noqa: S308 - every piece is escaped
+
+
 def clipped(text: str, break_before: str = "") -> SafeString | str:
     """A text for one table cell: two lines at most (CSS), the whole on hover;
-    a line may break before each `break_before` (an address's "@")."""
+    a line may break before each `break_before` (an address's "@") and inside
+    long tokens (`breakable`)."""
     if not text:
         return EMPTY
-    shown: Any = text
-    if break_before:
-        parts = text.split(break_before)
-        joiner = format_html("<wbr>{}", break_before)
-        shown = format_html_join(joiner, "{}", ((part,) for part in parts))
+    parts = text.split(break_before) if break_before else [text]
+    joiner = format_html("<wbr>{}", break_before)
+    shown = format_html_join(joiner, "{}", ((breakable(part),) for part in parts))
     return format_html('<span class="dl-clip" title="{}">{}</span>', text, shown)
 
 
 def short_error(text: str) -> SafeString | str:
-    """The error cut to one table cell; the full text on hover. A message kept for
-    an operator says so first (`NEEDS_OPERATOR`)."""
+    """The error cut to one table cell (`breakable`); the full text on hover. A
+    message kept for an operator says so first (`NEEDS_OPERATOR`)."""
     if not text:
         return EMPTY
     shown = text if len(text) <= ERROR_SHOWN else text[: ERROR_SHOWN - 1] + "…"
-    cell = format_html('<span class="dl-error" title="{}">{}</span>', text, shown)
+    cell = format_html('<span class="dl-error" title="{}">{}</span>', text, breakable(shown))
     return format_html("{}{}", held_marker(text), cell)
 
 
@@ -251,10 +276,30 @@ def key_parts(key: bytes) -> SafeString:
     )
 
 
+def text_html(text: str) -> SafeString | str:
+    """A text as written: one of several lines (a traceback) keeps its lines,
+    preformatted; escaped either way."""
+    if "\n" not in text:
+        return text
+    return format_html('<pre class="dl-text">{}</pre>', text.rstrip("\n"))
+
+
+def key_label(name: str) -> SafeString | str:
+    """An extra key's label (`reports.labels`) with its name, which search and
+    the API use; a key no one labels is the site's own."""
+    label = labels.label_of(name)
+    if label is None:
+        return f"{name} (unknown key)"
+    return format_html('{} <code class="dl-key-name">{}</code>', label, name)
+
+
 def value_html(value: Any) -> SafeString | str:
-    """One field's value: lists as lists, none as "—", times as datetimes."""
+    """One field's value: lists as lists, none as "—", times as datetimes, texts
+    of several lines as lines."""
     if value is None:
         return EMPTY
+    if isinstance(value, str):
+        return text_html(value)
     if isinstance(value, list | tuple):
         if not value:
             return "(empty list)"
@@ -282,15 +327,16 @@ def message_rows(msg: Message) -> Iterable[tuple[str, Any]]:
     yield "code", browse.code_name(msg.code) or str(msg.code)
     yield "first failure (queued at)", render_time(msg.queued_at)
     yield "timestamp", render_time(msg.timestamp)
-    yield "attempts", attempts(msg)
+    yield labels.label_of(ATTEMPTS_KEY) or ATTEMPTS_KEY, attempts(msg)
     error = last_error(msg)
-    yield "last error", format_html("{}{}", held_marker(error), error) if error else EMPTY
+    shown = format_html("{}{}", held_marker(error), text_html(error)) if error else EMPTY
+    yield labels.label_of(LAST_ERROR_KEY) or LAST_ERROR_KEY, shown
     yield "descriptions", value_html(msg.descriptions)
     yield "fields", value_html(msg.fields)
     yield "skip recipients", value_html(msg.skip_recipients)
     for name, value in msg.extra.items():
         if name not in (ATTEMPTS_KEY, LAST_ERROR_KEY):
-            yield f"{name} (unknown key)", value_html(value)
+            yield key_label(name), value_html(value)
 
 
 def messages_html(obj: QueuedMessage) -> SafeString:

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from deadletter.admin import rows
 from deadletter.models import QueuedMessage
 from deadletter.queue import store_failed_msgs
 from deadletter.wire import keys
@@ -45,7 +46,7 @@ if (_why := _missing()) is not None:
         pytest.fail(f"browser tests cannot run: {_why}", pytrace=False)
     pytest.skip(f"browser tests skipped: {_why}", allow_module_level=True)
 
-from playwright.sync_api import Browser, Page, expect, sync_playwright  # noqa: E402
+from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_playwright  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -254,18 +255,26 @@ def park_wide_rows() -> None:
             counters.record_drop(sql.connection(), name, reason, 1234)
 
 
-@pytest.mark.parametrize("width", [1280, 1920])
-def test_the_overview_and_a_message_page_fit_with_the_sidebar_open(
-    browser: Browser, live_server: Any, admin_user: Any, width: int
-) -> None:
-    park_wide_rows()
+def changelist_with_the_sidebar(
+    browser: Browser, live_server: Any, width: int, height: int
+) -> tuple[BrowserContext, Page]:
+    """A window of this size, the superuser logged in, the sidebar open, on the list."""
     context = browser.new_context(
-        viewport={"width": width, "height": 800}, base_url=live_server.url
+        viewport={"width": width, "height": height}, base_url=live_server.url
     )
     page = context.new_page()
     log_in(page, "admin", "password")
     page.evaluate("localStorage.setItem('django.admin.navSidebarIsOpen', 'true')")
     open_changelist(page)
+    return context, page
+
+
+@pytest.mark.parametrize("width", [1280, 1920])
+def test_the_overview_and_a_message_page_fit_with_the_sidebar_open(
+    browser: Browser, live_server: Any, admin_user: Any, width: int
+) -> None:
+    park_wide_rows()
+    context, page = changelist_with_the_sidebar(browser, live_server, width, 800)
     page.get_by_role("link", name="Queue overview").first.click()
     page.wait_for_url("**/overview/")  # the changelist has a sidebar too: wait for the page
     expect(page.locator("#nav-sidebar")).to_be_visible()
@@ -283,4 +292,55 @@ def test_the_overview_and_a_message_page_fit_with_the_sidebar_open(
     deletes = page.get_by_role("button", name="Delete")  # Django 6.1; 5.2: a link
     delete = deletes.or_(page.get_by_role("link", name="Delete", exact=True)).first.bounding_box()
     assert delete is not None and delete["y"] + delete["height"] <= 800, "Delete is below the fold"
+    context.close()
+
+
+# Each word (a run of letters and digits) of the list's cells and the lines its
+# text boxes are on; a word on two lines was broken inside. Runs longer than
+# rows.LONG_TOKEN (hex keys, hashes) may break: no column can hold them.
+WORDS_ON_LINES = """(longToken) => {
+  const broken = [];
+  for (const cell of document.querySelectorAll('#result_list tbody td, #result_list tbody th')) {
+    const walker = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+      for (const m of node.data.matchAll(/[\\p{L}\\p{N}]+/gu)) {
+        if (m[0].length > longToken) continue;
+        const range = document.createRange();
+        range.setStart(node, m.index);
+        range.setEnd(node, m.index + m[0].length);
+        const lines = new Set(
+          [...range.getClientRects()].filter((r) => r.width > 0).map((r) => Math.round(r.bottom))
+        );
+        if (lines.size > 1) broken.push(`${m[0]} (${cell.className})`);
+      }
+    }
+  }
+  return broken;
+}"""
+
+
+@pytest.mark.parametrize("width", [1280, 1920])
+def test_no_word_of_the_list_s_cells_is_broken_across_lines(
+    browser: Browser, live_server: Any, admin_user: Any, width: int
+) -> None:
+    long_error = (
+        "HTTPError: HTTP Error 503: Service Unavailable (notifications endpoint "
+        "unreachable) for https://hooks.example.org/v2/notifications/" + "x" * 120
+    )
+    for i in range(12):
+        store_failed_msgs(
+            ("celery.notifications", "webhooks-outbound-partner-integrations", "telegram")[i % 3],
+            Message(
+                subject="Unterrichtsstunde verschoben: Mathematik, 3. Stunde",
+                username=f"ucenik.s.dugim.imenom.{i}@osnovna-skola-primjer.skole.hr",
+                extra={"Attempts": 12, "LastError": f"{long_error} {i}"},
+            ),
+        )
+    context, page = changelist_with_the_sidebar(browser, live_server, width, 900)
+    expect(page.locator("#nav-sidebar")).to_be_visible()
+    assert page.locator("#result_list tbody tr").count() == 12
+    broken = page.evaluate(WORDS_ON_LINES, rows.LONG_TOKEN)
+    assert broken == [], f"words broken across lines at {width} px: {sorted(set(broken))}"
+    scrolled = page.evaluate("document.documentElement.scrollWidth")
+    assert scrolled <= width, f"the changelist is {scrolled} px wide at {width}"
     context.close()

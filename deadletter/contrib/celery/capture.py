@@ -25,6 +25,7 @@ from deadletter.contrib.celery.checks import check_celery
 from deadletter.drain import LAST_ERROR_LIMIT, last_error
 from deadletter.queue import seals
 from deadletter.queue.rows import LAST_ERROR_KEY
+from deadletter.reports import labels
 from deadletter.wire import codec
 from deadletter.wire.gotime import GoTime
 from deadletter.wire.messages import Message
@@ -107,6 +108,25 @@ seals.reserve(
         TASK_ARGS_CUT,
         TASK_SEAL,
     ),
+)
+
+labels.register(
+    {
+        TASK: "Celery task",
+        TASK_ID: "Celery task id",
+        TASK_ARGS: "arguments",
+        TASK_KWARGS: "keyword arguments",
+        TASK_QUEUE: "Celery queue",
+        TASK_ROUTING_KEY: "routing key",
+        TASK_EXCHANGE: "exchange",
+        TASK_RETRIES: "Celery retries",
+        TASK_HOSTNAME: "worker",
+        TASK_TRACEBACK: "traceback",
+        TASK_EXCEPTION: "exception",
+        TASK_ORIGINAL_ID: "first parked as task id",
+        TASK_ARGS_CUT: "arguments not kept",
+        TASK_SEAL: "seal",
+    }
 )
 
 

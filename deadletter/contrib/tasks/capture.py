@@ -27,6 +27,7 @@ from deadletter.contrib.tasks.checks import check_framework
 from deadletter.drain import LAST_ERROR_LIMIT
 from deadletter.queue import rows, seals
 from deadletter.queue.rows import ATTEMPTS_KEY, LAST_ERROR_KEY
+from deadletter.reports import labels
 from deadletter.wire import codec
 from deadletter.wire.gotime import GoTime
 from deadletter.wire.messages import Message
@@ -94,6 +95,23 @@ seals.reserve(
         TASK_SEAL,
         inflight.REDRIVEN_AS,
     ),
+)
+
+labels.register(
+    {
+        TASK: "task",
+        TASK_ARGS: "arguments",
+        TASK_KWARGS: "keyword arguments",
+        TASK_BACKEND: "task backend",
+        TASK_QUEUE: "task queue",
+        TASK_PRIORITY: "priority",
+        TASK_RESULT_ID: "task result id",
+        TASK_EXCEPTION: "exception",
+        TASK_TRACEBACK: "traceback",
+        TASK_ARGS_CUT: "arguments not kept",
+        TASK_SEAL: "seal",
+        inflight.REDRIVEN_AS: "redriven as result id",
+    }
 )
 
 
