@@ -23,6 +23,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from deadletter import signals
 from deadletter.conf import conf
 from deadletter.queue import age
+from deadletter.queue.causes import signature_at_park
 from deadletter.queue.rows import (
     REREAD,
     REREAD_LIMIT,
@@ -77,6 +78,7 @@ def store_failed_msgs(queue: str, msg: Message) -> bytes:
             f"the message is {len(value):,} bytes, over DEADLETTER_MAX_ROW_BYTES "
             f"({conf.MAX_ROW_BYTES:,})"
         )
+    signature = signature_at_park(msg)
     connection = sql.connection()
     private = False
     if connection.in_atomic_block or not connection.autocommit:  # attribute reads only
@@ -84,7 +86,7 @@ def store_failed_msgs(queue: str, msg: Message) -> bytes:
             where = detached.route(connection)
             if where is detached.Route.DEFERRED:
                 key = keys.new_key(prefix)
-                later = _ParkLater(queue, prefix, key, value, _as_parked(msg, stamp_ns))
+                later = _ParkLater(queue, prefix, key, value, _as_parked(msg, stamp_ns), signature)
                 detached.defer(connection, later, queue=queue, key=key, value=value)
                 return key
             if where is detached.Route.PRIVATE:
@@ -97,12 +99,12 @@ def store_failed_msgs(queue: str, msg: Message) -> bytes:
         detached.settle_now_and_then(connection)
     key = keys.new_key(prefix)
     try:
-        key = insert_value(connection, prefix, value, queue=queue, key=key)
+        key = insert_value(connection, prefix, value, queue=queue, key=key, signature=signature)
     except QueueingError:
         lost = reconnect.close_if_lost(connection)  # the next park connects afresh
         if not lost or private:  # the caller's transaction's park fails loudly
             raise
-        key = _park_again(connection, prefix, key, value, queue)
+        key = _park_again(connection, prefix, key, value, queue, signature)
     if signals.message_enqueued.receivers:
         parked = _as_parked(msg, stamp_ns)
         sql.after_commit(connection, signals.message_enqueued, sender=queue, key=key, msg=parked)
@@ -110,7 +112,12 @@ def store_failed_msgs(queue: str, msg: Message) -> bytes:
 
 
 def _park_again(
-    connection: BaseDatabaseWrapper, prefix: bytes, key: bytes, value: bytes, queue: str
+    connection: BaseDatabaseWrapper,
+    prefix: bytes,
+    key: bytes,
+    value: bytes,
+    queue: str,
+    signature: str | None,
 ) -> bytes:
     """A park's one retry, on a fresh connection after its own was lost: a row the
     lost INSERT did commit (only its answer was lost) is kept, not written twice."""
@@ -122,7 +129,7 @@ def _park_again(
         raise QueueingError from exc
     if present:
         return key
-    return insert_value(connection, prefix, value, queue=queue, key=key)
+    return insert_value(connection, prefix, value, queue=queue, key=key, signature=signature)
 
 
 def _present_sql(connection: BaseDatabaseWrapper) -> str:
@@ -145,9 +152,17 @@ class _ParkLater:
     key: bytes
     value: bytes
     msg: Message
+    signature: str | None
 
     def __call__(self, connection: BaseDatabaseWrapper) -> bytes:
-        key = insert_value(connection, self.prefix, self.value, queue=self.queue, key=self.key)
+        key = insert_value(
+            connection,
+            self.prefix,
+            self.value,
+            queue=self.queue,
+            key=self.key,
+            signature=self.signature,
+        )
         if key != self.key:
             logger.warning(
                 "deferred store took another key queue=%s key=%s was=%s",

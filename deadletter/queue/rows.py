@@ -137,15 +137,24 @@ def insert_value(
     *,
     queue: str,
     key: bytes | None = None,
+    signature: str | None = None,
 ) -> bytes:
     """Insert an encoded row under `key` (a fresh one when None), retrying a key
-    collision with a new key."""
-    query = sql.statement(connection, "INSERT INTO {table} ({key}, value) VALUES (%s, %s)")
+    collision with a new key; with `signature`, the row's cause
+    (`causes.signature_at_park`) is written in the same statement."""
+    if signature is None:
+        query = sql.statement(connection, "INSERT INTO {table} ({key}, value) VALUES (%s, %s)")
+        params: tuple[Any, ...] = (value,)
+    else:
+        query = sql.statement(
+            connection, "INSERT INTO {table} ({key}, value, signature) VALUES (%s, %s, %s)"
+        )
+        params = (value, signature)
     for _ in range(_INSERT_ATTEMPTS):
         if key is None:
             key = keys.new_key(prefix)
         try:
-            sql.write(connection, query, (key, value))
+            sql.write(connection, query, (key, *params))
         except IntegrityError:
             logger.warning("store key collision queue=%s key=%s", queue, key.hex())
             key = None

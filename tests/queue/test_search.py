@@ -13,6 +13,7 @@ from django.db import connection
 from deadletter.drain import Drainer
 from deadletter.models import QueuedMessage, SearchTerm
 from deadletter.queue import dequeue, store_failed_msgs
+from deadletter.queue.causes import signature_at_park
 from deadletter.queue.legacy import split_legacy_rows
 from deadletter.queue.search import (
     count_matching,
@@ -230,3 +231,19 @@ def test_rows_written_by_raw_sql_are_pending_by_the_columns_default() -> None:
 def test_an_old_first_failure_is_found_in_the_key_range_of_today() -> None:
     (key,) = park("m", queued_at=datetime.now(UTC) - timedelta(days=20))
     assert found(f"before:{(datetime.now(UTC) - timedelta(days=19)).date()}") == [key]
+
+
+def test_a_row_loaded_with_its_last_error_gets_its_cause_from_the_indexer() -> None:
+    key = keys.make_key("loaded", GoTime.now().unix_ns, 9)
+    value = codec.encode_one(Message(subject="m", extra={"LastError": "HTTP Error 503: down"}))
+    ndjson.load(io.StringIO(ndjson.row_line(key, value) + "\n"))
+    assert QueuedMessage.objects.get(key=key).signature is None
+    index_pending()
+    assert QueuedMessage.objects.get(key=key).signature == signature_at_park(
+        codec.decode_single(value)
+    )
+
+
+def test_a_park_with_a_last_error_writes_its_cause_in_the_insert() -> None:
+    (key,) = park("m", extra={"LastError": "ConnectionError: refused by 10.0.0.1"})
+    assert QueuedMessage.objects.get(key=key).signature == "ConnectionError: refused by #"

@@ -22,9 +22,11 @@ from django.db import transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from deadletter.models import SearchTerm
+from deadletter.queue.causes import signature_at_park
 from deadletter.queue.search.words import terms_of
 from deadletter.store import sql
 from deadletter.wire import codec
+from deadletter.wire.messages import Message
 
 __all__ = ["BATCH", "SWEEP_BATCH", "index_pending", "iter_sweep", "pending_count", "sweep"]
 
@@ -67,7 +69,8 @@ def index_pending(
     )
     clear = sql.statement(
         connection,
-        "UPDATE {table} SET search_pending = NULL WHERE {key} = %s AND value = %s",
+        "UPDATE {table} SET search_pending = NULL, signature = COALESCE(signature, %s)"
+        " WHERE {key} = %s AND value = %s",
     )
     started = time.monotonic()
     done = 0
@@ -84,12 +87,16 @@ def index_pending(
 
 def _index_batch(connection: BaseDatabaseWrapper, rows: list[tuple], clear: str) -> int:
     postings: list[tuple[bytes, str]] = []
-    settled: list[tuple[bytes, bytes]] = []
+    settled: list[tuple[str | None, bytes, bytes]] = []
     started = time.monotonic()
     for raw_key, raw_value in rows:
         key, value = bytes(raw_key), bytes(raw_value or b"")
-        postings.extend((key, term) for term in _row_terms(value))
-        settled.append((key, value))
+        msgs = _messages(value)
+        postings.extend((key, term) for term in terms_of(msgs))
+        # A row written with its LastError by a path that could not say its cause
+        # (the SQLite spool, a load, an import) gets it here, as a park would.
+        cause = signature_at_park(msgs[0]) if len(msgs) == 1 else None
+        settled.append((cause, key, value))
         if time.monotonic() - started >= _BATCH_SECONDS:
             break
     with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
@@ -98,12 +105,12 @@ def _index_batch(connection: BaseDatabaseWrapper, rows: list[tuple], clear: str)
     return len(settled)
 
 
-def _row_terms(value: bytes) -> set[str]:
-    """A row's terms; none for a value that does not decode (a search finds such a
-    row only by key or cause, which need no posting)."""
+def _messages(value: bytes) -> list[Message]:
+    """A row's messages; none for a value that does not decode (a search finds such
+    a row only by key or cause, which need no posting)."""
     with contextlib.suppress(codec.CodecError):
-        return terms_of(codec.iter_decode(value))
-    return set()
+        return codec.decode(value)
+    return []
 
 
 def pending_count(connection: BaseDatabaseWrapper | None = None) -> int:
