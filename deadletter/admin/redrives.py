@@ -244,7 +244,10 @@ class RedriveAdmin(admin.ModelAdmin):
         if not may_redrive(request):
             raise PermissionDenied
         data = request.POST if request.method == "POST" else request.GET
-        form = RedriveForm({"concurrency": "1", **data.dict()} if data else None)
+        given = {"concurrency": "1", **data.dict()}
+        # A list searched across queues gives no queue: asked for, not an error yet.
+        counts_now = request.method == "POST" or bool(data.get("queue"))
+        form = RedriveForm(given) if counts_now else RedriveForm(initial=given)
         planned: Redrive | None = None
         pressed = request.method == "POST" and "_redrive" in request.POST
         # "Redrive" plans only the filter whose count the page showed.

@@ -103,6 +103,25 @@ def test_the_lists_cause_filter_becomes_the_plans_search(admin_client, settings)
     assert "2 messages</strong> of queue <strong>webhooks</strong> match now" in plan.text
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_list_of_every_queue_filtered_by_cause_asks_for_the_queue_first(
+    admin_client, settings
+) -> None:
+    settings.DEADLETTER_HANDLERS = {"webhooks": "tests.factories.failing_handler"}
+    park("f1", "f2", queue="webhooks")
+    drain.Drainer(["webhooks"], drain.DrainOptions(limit=10)).run()
+    settings.DEADLETTER_HANDLERS = {"webhooks": "tests.factories.ok_handler"}
+    everything = open_page(admin_client, CHANGELIST)
+    plan = plan_page(
+        admin_client,
+        open_page(admin_client, everything.link("ConnectionError: timeout after # s talking to #")),
+    )
+    assert "Please correct" not in plan.text and "match now" not in plan.text
+    counted = plan.submit(admin_client, plan.form_with("search"), queue="webhooks")
+    assert "2 messages</strong> of queue <strong>webhooks</strong> match now" in counted.text
+    assert not Redrive.objects.exists()
+
+
 @pytest.mark.parametrize(
     ("fields", "error"),
     [
