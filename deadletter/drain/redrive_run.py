@@ -19,6 +19,7 @@ whose runner was a process of this host that is gone, is taken over by
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import itertools
@@ -337,6 +338,7 @@ class _Run:
             stop=self.stop,
             limit=TimeLimit(configured_handler_timeout(), None),
             pace=None if redrive.rate is None else Pace(redrive.rate, 1, self.stop),
+            concurrency=redrive.concurrency,
             on_outcome=self._settled,
             on_drop=self._dropped,
             breakers=False,
@@ -479,8 +481,10 @@ def _step_sizes(ramp: Sequence[int]) -> Iterator[int]:
 
 
 class _Walk:
-    """The keys a run walks, from the row's cursor on, in batches; `cursor` is the
-    last key done (settled, or passed over) and `walked` counts them all."""
+    """The keys a run walks, from the row's cursor on, in batches. `cursor` is the
+    last key up to which every key is done (settled, or passed over): with several
+    messages in hand their outcomes may come out of order, and a key still in hand
+    holds the cursor back. `walked` counts the keys done."""
 
     def __init__(self, run: _Run, *, skip_waiting: bool) -> None:
         redrive = run.redrive
@@ -493,17 +497,39 @@ class _Walk:
         self.conflicts = 0
         self._skip_waiting = skip_waiting
         self._read_to = self.cursor
-        self._batch: list[bytes] = []
+        self._batch: collections.deque[bytes] = collections.deque()
+        self._held: set[bytes] = set()
+        self._open: collections.deque[bytes] = collections.deque()
+        self._settled: set[bytes] = set()
+        self._lock = threading.Lock()
 
     def next_key(self) -> bytes | None:
-        """The next key to take (None at the end of the walk)."""
-        while not self._batch and not self.exhausted:
-            self._fill()
-        return self._batch.pop(0) if self._batch else None
+        """The next key to take, in key order (None at the end of the walk); one a
+        backoff holds is done at once, left to the drain."""
+        with self._lock:
+            while True:
+                while not self._batch and not self.exhausted:
+                    self._fill()
+                if not self._batch:
+                    return None
+                key = self._batch.popleft()
+                self._open.append(key)
+                if key not in self._held:
+                    return key
+                self.waiting += 1
+                self._done(key)
 
     def done(self, key: bytes) -> None:
-        self.cursor = key
+        """`key` is settled or passed over."""
+        with self._lock:
+            self._done(key)
+
+    def _done(self, key: bytes) -> None:
         self.walked += 1
+        self._settled.add(key)
+        while self._open and self._open[0] in self._settled:
+            self.cursor = self._open.popleft()
+            self._settled.discard(self.cursor)
 
     def _fill(self) -> None:
         assert self.until is not None
@@ -512,18 +538,8 @@ class _Walk:
             self.exhausted = True
             return
         self._read_to = found[-1]
-        if self._skip_waiting:
-            held = _waiting(found)
-            for key in found:
-                if key in held:
-                    self.waiting += 1
-                    self.done(key)
-                else:
-                    self._batch.append(key)
-            if not self._batch:
-                self.run.save()
-        else:
-            self._batch = found
+        self._held = _waiting(found) if self._skip_waiting else set()
+        self._batch.extend(found)
 
     def source(self, delivery: Delivery) -> Callable[[], queue.Queued | Skip | None]:
         """The loop's source: the next key's message (`claims.fetch_msg`, locked on a

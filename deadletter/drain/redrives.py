@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from deadletter.conf import conf
+from deadletter.drain.concurrency import MAX_CONCURRENCY
 from deadletter.drain.errors import DrainConfigError
 from deadletter.drain.handlers import load_handlers
 from deadletter.drain.redrive_match import Filter
@@ -95,8 +96,10 @@ def plan_redrive(
         raise RedriveError(
             f"stop-after must be a percentage above 0 and at most 100, got {stop_after!r}"
         )
-    if type(concurrency) is not int or concurrency < 1:
-        raise RedriveError(f"concurrency must be a whole number of at least 1, got {concurrency!r}")
+    if type(concurrency) is not int or not 1 <= concurrency <= MAX_CONCURRENCY:
+        raise RedriveError(
+            f"concurrency must be a whole number from 1 to {MAX_CONCURRENCY}, got {concurrency!r}"
+        )
     for bound, name in ((after, "after"), (before, "before")):
         if bound is not None and bound.tzinfo is None:
             raise RedriveError(f"{name} must be an aware datetime, got {bound.isoformat()}")

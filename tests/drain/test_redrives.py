@@ -82,6 +82,7 @@ def test_a_plan_that_is_not_saved_stores_nothing() -> None:
         ({"queue": "q", "stop_after": 0}, "stop-after must be a percentage"),
         ({"queue": "q", "stop_after": 101}, "stop-after must be a percentage"),
         ({"queue": "q", "concurrency": 0}, "concurrency must be"),
+        ({"queue": "q", "concurrency": 100_000}, "concurrency must be"),
         ({"queue": "q", "destination": "other", "ramp": [1]}, "a move calls no handler"),
         ({"queue": "q", "destination": "other", "stop_after": 5}, "a move calls no handler"),
         (
@@ -205,6 +206,15 @@ def test_a_canary_step_of_one_stops_a_redrive_against_a_down_endpoint() -> None:
     done = run_redrive(plan_redrive(queue="picky", ramp=[1, 5], stop_after=10).pk)
     assert redrive_harness.HANDED == ["bad-1"]
     assert (done.status, done.failed, done.remaining) == ("stopped", 1, 2)
+
+
+def test_with_concurrency_every_message_is_handed_over_and_the_cursor_ends_at_the_last() -> None:
+    parked_keys = park(*[f"m{i}" for i in range(12)], queue="slow")
+    done = run_redrive(plan_redrive(queue="slow", concurrency=4).pk)
+    assert sorted(redrive_harness.HANDED) == sorted(f"m{i}" for i in range(12))
+    assert (done.status, done.delivered, done.remaining) == ("finished", 12, 0)
+    assert done.cursor == parked_keys[-1]
+    assert parked("slow") == []
 
 
 # --- moves -------------------------------------------------------------------------
