@@ -17,7 +17,14 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.db import connection, connections
 
-from deadletter.drain import DrainConfigError, Drainer, DrainOptions, DrainReport, Outcome
+from deadletter.drain import (
+    DrainConfigError,
+    Drainer,
+    DrainOptions,
+    DrainReport,
+    Outcome,
+    serve,
+)
 from deadletter.drain.concurrency import MAX_CONCURRENCY
 from deadletter.wire.messages import Message
 from tests.drain.drain_harness import Drain, kill_once_recorded, recorded
@@ -260,6 +267,16 @@ def test_workers_and_concurrency_together_deliver_each_message_once() -> None:
     park(*names)
     report = drain(4, workers=2)
     assert report.delivered == 40
+    assert parked() == []
+
+
+@pytest.mark.slow
+def test_the_service_hands_over_with_the_concurrency_its_options_ask() -> None:
+    park(*subjects(6))
+    behaviour["*"] = waits_for(threading.Barrier(3, timeout=30))
+    done = serve(Drainer(["q"], DrainOptions(concurrency=3)), interval=0, passes=1)
+    assert done.delivered == 6
+    assert len(threads) == 3
     assert parked() == []
 
 
