@@ -8,6 +8,13 @@ process's CPU time, which a shared machine's other load moves less, the
 number of queries, and any unbounded COUNT. One row in ten has a recorded
 failure (a signature). BENCH_ROWS overrides the 1,000,000.
 
+The search (issue 34): the rows differ (an order id each, one of 50
+endpoints, one of four HTTP statuses in a failure), the fill is indexed by
+`search.index_pending` (its rate printed), and the change list is searched
+within one queue (goal < 150 ms for the first page) and across the 20 queues
+(goal < 500 ms): a term one row has, a term 1 % of the rows have, a qualifier
+checked on each candidate, a term no row has, two terms together.
+
 Then the changelist at the large size at 50 rows a page (the admin's) and
 at 100: the page, and its table alone (Django's own `{% result_list cl %}`,
 `lookup_field`, `format_html` and the checkbox widget's template for every
@@ -32,7 +39,33 @@ ROUNDS = int(os.environ.get("BENCH_ROUNDS", "5"))
 CAUSES = ["ConnectionError: timeout after # s", "HTTPError: # Service Unavailable for #"]
 
 
-def fill(raw, total: int, value: bytes, failed_value: bytes) -> None:
+SUBJECTS = ["Ocjena objavljena", "Ispit sutra", "Nova lektira", "Zaključna ocjena"]
+STATUSES = [500, 502, 503, 429]
+
+
+def row_value(i: int) -> bytes:
+    """Row `i`'s message: its own order id, one of 50 endpoints, and for one row in
+    ten a failure with one of four HTTP statuses."""
+    from deadletter.wire import codec
+    from deadletter.wire.gotime import GoTime
+    from deadletter.wire.messages import Message
+
+    extra: dict[str, object] = {
+        "order_id": i,
+        "endpoint": f"https://shop-{i % 50:02d}.example/hook",
+    }
+    if i % 10 == 0:
+        extra.update(Attempts=2, LastError=f"HTTPError: {STATUSES[i // 10 % 4]} for {i}")
+    msg = Message(
+        subject=SUBJECTS[i % len(SUBJECTS)],
+        username="u@skole.hr",
+        queued_at=GoTime.now(),
+        extra=extra,
+    )
+    return codec.encode_one(msg)
+
+
+def fill(raw, total: int) -> None:
     from deadletter.wire import keys
 
     sql = "INSERT INTO deadletter_queuedmessage (key, value, signature) VALUES (?, ?, ?)"
@@ -41,7 +74,7 @@ def fill(raw, total: int, value: bytes, failed_value: bytes) -> None:
         failed = i % 10 == 0
         row = (
             keys.new_key(QUEUES[i % len(QUEUES)]),
-            failed_value if failed else value,
+            row_value(i),
             CAUSES[i % 20 // 10] if failed else None,
         )
         batch.append(row)
@@ -60,16 +93,9 @@ def main() -> None:
     from django.test import Client
     from django.test.utils import CaptureQueriesContext
 
-    from deadletter.wire import codec
-    from deadletter.wire.gotime import GoTime
-    from deadletter.wire.messages import Message
+    from deadletter.queue import search
 
     settings.ALLOWED_HOSTS = ["*"]
-    msg = Message(subject="Ocjena", username="u@skole.hr", queued_at=GoTime.now())
-    value = codec.encode_one(msg)
-    failed_value = codec.encode_one(
-        msg.replace(extra={"Attempts": 2, "LastError": "ConnectionError: timeout after 30 s"})
-    )
     User.objects.create_superuser("bench", password="bench")
     connections["default"].close()
     big_path = small_path.with_name("admin-big.sqlite3")
@@ -80,11 +106,20 @@ def main() -> None:
         started = time.perf_counter()
         raw = raw_connection(path)
         raw.execute("BEGIN")
-        fill(raw, total, value, failed_value)
+        fill(raw, total)
         raw.execute("COMMIT")
-        raw.execute("ANALYZE")
         raw.close()
         print(f"filled {total:,} rows in {time.perf_counter() - started:.1f} s")
+        connections["default"].close()
+        connections["default"].settings_dict["NAME"] = str(path)
+        started = time.perf_counter()
+        indexed = search.index_pending()
+        took = time.perf_counter() - started
+        print(f"indexed {indexed:,} rows for search in {took:.1f} s ({indexed / took:,.0f} rows/s)")
+        connections["default"].close()
+        raw = raw_connection(path)
+        raw.execute("ANALYZE")
+        raw.close()
 
     def first_key(path) -> str:
         raw = raw_connection(path)
@@ -126,7 +161,21 @@ def main() -> None:
         ("message page", lambda p: f"{CHANGELIST}{first_key(p)}/change/"),
         ("overview", lambda p: f"{CHANGELIST}overview/"),
     ]
+    # Row `RARE` is in queue-07 at both sizes: i % 20 == 7.
+    rare = 7 + 20 * (SMALL // 40)
+    searches = [
+        ("q: one row", f"order_id:{rare}"),
+        ("q: 1 % rows", '"shop 07"'),
+        ("q: qualifier", "error:503"),
+        ("q: no match", "nothingmatches"),
+        ("q: two terms", 'objavljena "shop 07"'),
+    ]
+    for label, text in searches:
+        pages.append((f"{label}, 1 queue", lambda p, t=text: _search_url(t, "queue-07")))
+    for label, text in searches:
+        pages.append((f"{label}, all", lambda p, t=text: _search_url(t, None)))
     worst = worst_cpu = 0.0
+    worst_search: dict[str, float] = {"1 queue": 0.0, "all": 0.0}
     for label, url_of in pages:
         line = f"{label:13s}"
         for path, total in ((small_path, SMALL), (big_path, ROWS)):
@@ -136,14 +185,28 @@ def main() -> None:
             )
             if counts:
                 line += f" WHOLE-TABLE COUNT: {counts}"
-            if total == ROWS:
+            if total == ROWS and label.startswith("q:"):
+                scope = label.rsplit(", ", 1)[1]
+                worst_search[scope] = max(worst_search[scope], best)
+            elif total == ROWS:
                 worst, worst_cpu = max(worst, best), max(worst_cpu, cpu)
         print(line)
     print(
         f"slowest page at {ROWS:,} rows: {worst * 1e3:.1f} ms ({worst_cpu * 1e3:.1f} ms CPU)"
         " (goal < 150 ms)"
     )
+    print(
+        f"slowest search at {ROWS:,} rows: one queue {worst_search['1 queue'] * 1e3:.1f} ms"
+        f" (goal < 150 ms), all queues {worst_search['all'] * 1e3:.1f} ms (goal < 500 ms)"
+    )
     page_sizes(big_path, timed)
+
+
+def _search_url(text: str, queue: str | None) -> str:
+    from django.utils.http import urlencode
+
+    params = {"q": text, **({"queue": queue} if queue else {})}
+    return f"{CHANGELIST}?{urlencode(params)}"
 
 
 def page_sizes(path, timed) -> None:

@@ -79,13 +79,16 @@ def index_pending(
         rows = sql.read(connection, select, (after, *bounds[1:], BATCH))
         if not rows:
             return done
-        done += _index_batch(connection, rows, clear)
-        after = bytes(rows[-1][0]) + b"\x00"
+        indexed = _index_batch(connection, rows, clear)
+        done += indexed
+        after = bytes(rows[indexed - 1][0]) + b"\x00"
         if budget is not None and time.monotonic() - started >= budget:
             return done
 
 
 def _index_batch(connection: BaseDatabaseWrapper, rows: list[tuple], clear: str) -> int:
+    """Index the first rows of `rows` (all of them unless the batch runs out of
+    time); how many."""
     postings: list[tuple[bytes, str]] = []
     settled: list[tuple[str | None, bytes, bytes]] = []
     started = time.monotonic()

@@ -26,7 +26,9 @@ from deadletter.wire.messages import Message
 
 __all__ = ["count_matching", "iter_matching", "keys_page", "matching_keys"]
 
-_BATCH = 200
+# Candidates read a statement: a page's worth first, then more each time.
+_FIRST_BATCH = 51
+_MAX_BATCH = 500
 # The rarest term is judged by counting up to this many of its postings.
 _ESTIMATE_CAP = 2000
 
@@ -91,8 +93,10 @@ class _Walk:
             counts[term] = int(rows[0][0])
         return sorted(terms, key=lambda term: (counts[term], term))
 
-    def batch(self, low: bytes, high: bytes | None, descending: bool) -> list[tuple[Any, ...]]:
-        """Up to `_BATCH` candidates `(key, value, signature)` in `[low, high)`, in order."""
+    def batch(
+        self, low: bytes, high: bytes | None, descending: bool, size: int
+    ) -> list[tuple[Any, ...]]:
+        """Up to `size` candidates `(key, value, signature)` in `[low, high)`, in order."""
         direction = "DESC" if descending else "ASC"
         causes = [cause.signature for cause in self.query.causes]
         if self.order:
@@ -109,7 +113,7 @@ class _Walk:
                 f"WHERE p.term = %s AND {where}{exists}{signature} "
                 f"ORDER BY p.{self.key} {direction} LIMIT %s"
             )
-            values = [self.order[0], *params, *self.order[1:], *causes, _BATCH]
+            values = [self.order[0], *params, *self.order[1:], *causes, size]
         else:
             where, params = self._range_sql(self.key, low, high)
             signature = " AND signature = %s" * len(causes)
@@ -117,7 +121,7 @@ class _Walk:
                 f"SELECT {self.key}, value, signature FROM {self.rows} "
                 f"WHERE {where}{signature} ORDER BY {self.key} {direction} LIMIT %s"
             )
-            values = [*params, *causes, _BATCH]
+            values = [*params, *causes, size]
         return sql.read(self.connection, statement, values)
 
 
@@ -134,11 +138,13 @@ def iter_matching(
     after_key: bytes | None = None,
     before_key: bytes | None = None,
     descending: bool = False,
+    first_batch: int = _FIRST_BATCH,
     connection: BaseDatabaseWrapper | None = None,
 ) -> Iterator[bytes]:
     """The keys of the rows `query` matches, in `queue` (None: every queue), after
     `after_key` and before `before_key` (both exclusive), oldest first (newest
-    first with `descending`). The pending rows of the range are indexed first."""
+    first with `descending`). The pending rows of the range are indexed first.
+    Candidates are read `first_batch` at a time, then twice as many each time."""
     connection = connection or sql.connection()
     scope = _scope(query, queue)
     bounds = scope and _narrow(scope, after_key, before_key)
@@ -147,15 +153,17 @@ def iter_matching(
     index.index_pending(connection, low=bounds[0], high=bounds[1])
     walk = _Walk(connection, query, bounds)
     low, high = bounds
+    size = max(1, first_batch)
     while True:
-        rows = walk.batch(low, high, descending)
+        rows = walk.batch(low, high, descending, size)
         for raw_key, value, signature in rows:
             key = bytes(raw_key)
             msgs = _messages(value) if query.reads_messages else None
             if query.matches(key, msgs, signature):
                 yield key
-        if len(rows) < _BATCH:
+        if len(rows) < size:
             return
+        size = min(size * 2, _MAX_BATCH)
         last = bytes(rows[-1][0])
         if descending:
             high = last
@@ -177,7 +185,12 @@ def matching_keys(
     before = None if until_key is None else until_key + keys.SEPARATOR
     found: list[bytes] = []
     for key in iter_matching(
-        query, queue=queue, after_key=after_key, before_key=before, connection=connection
+        query,
+        queue=queue,
+        after_key=after_key,
+        before_key=before,
+        first_batch=min(limit, _MAX_BATCH),
+        connection=connection,
     ):
         found.append(key)
         if len(found) >= limit:
@@ -237,6 +250,7 @@ def keys_page(
         after_key=after_key,
         before_key=before_key,
         descending=descending,
+        first_batch=size + 1,
         connection=connection,
     ):
         found.append(key)

@@ -15,6 +15,24 @@ from deadletter.wire.messages import Message
 __all__ = ["Cause", "Code", "FirstFailure", "KeyPrefix", "Phrase", "Query"]
 
 
+class Seen:
+    """One message as the conditions read it: its texts split into words once,
+    when the first condition asks, for all of them."""
+
+    __slots__ = ("_words", "msg")
+
+    def __init__(self, msg: Message) -> None:
+        self.msg = msg
+        self._words: dict[str, list[list[str]]] | None = None
+
+    def words(self) -> dict[str, list[list[str]]]:
+        if self._words is None:
+            self._words = {
+                name: [words(text) for text in texts] for name, texts in texts_of(self.msg).items()
+            }
+        return self._words
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class Phrase:
     """Whole words, in this order, in one text of `field` (None: any free field or
@@ -26,17 +44,18 @@ class Phrase:
     def terms(self) -> set[str]:
         return set(self.words)
 
-    def holds(self, msg: Message) -> bool:
-        texts = texts_of(msg)
+    def holds(self, seen: Seen) -> bool:
+        by_field = seen.words()
         if self.field is None:
-            fields = [*FREE_FIELDS, *(name for name in texts if name.startswith("key:"))]
+            fields = [*FREE_FIELDS, *(name for name in by_field if name.startswith("key:"))]
         else:
             fields = [self.field]
-        return any(self._in(text) for name in fields for text in texts.get(name, ()))
+        return any(self._in(found) for name in fields for found in by_field.get(name, ()))
 
-    def _in(self, text: str) -> bool:
-        found = words(text)
+    def _in(self, found: list[str]) -> bool:
         size = len(self.words)
+        if size == 1:
+            return self.words[0] in found
         return any(
             tuple(found[start : start + size]) == self.words
             for start in range(len(found) - size + 1)
@@ -50,8 +69,8 @@ class Code:
     def terms(self) -> set[str]:
         return {code_term(self.code)}
 
-    def holds(self, msg: Message) -> bool:
-        return int(msg.code) == self.code
+    def holds(self, seen: Seen) -> bool:
+        return int(seen.msg.code) == self.code
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -64,8 +83,8 @@ class FirstFailure:
     def terms(self) -> set[str]:
         return set()
 
-    def holds(self, msg: Message) -> bool:
-        when = msg.queued_at
+    def holds(self, seen: Seen) -> bool:
+        when = seen.msg.queued_at
         if when is None:
             return False
         instant = when.unix_ns if isinstance(when, GoOnlyTime) else _ns(when)
@@ -152,4 +171,4 @@ class Query:
             return True
         if not msgs:
             return False
-        return any(all(c.holds(msg) for c in self.conditions) for msg in msgs)
+        return any(all(c.holds(seen) for c in self.conditions) for seen in map(Seen, msgs))
