@@ -15,18 +15,10 @@ from typing import Any
 
 from deadletter.conf import conf
 from deadletter.models import QueuedMessage
-
-try:
-    from deadletter.queue import search
-except ImportError:  # pragma: no cover - until the search package lands
-    search = None  # type: ignore[assignment]
+from deadletter.queue import search
 from deadletter.wire import keys
 
-__all__ = ["Filter", "SearchUnavailable"]
-
-
-class SearchUnavailable(ValueError):
-    """A filter needs the search and this build has none."""
+__all__ = ["Filter"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -35,7 +27,7 @@ class Filter:
     message of the queue)."""
 
     queue: str
-    query: Any = None
+    query: search.Query | None = None
 
     @classmethod
     def parse(
@@ -50,8 +42,6 @@ class Filter:
         the search's `SearchError` for a malformed query."""
         if not text.strip() and after is None and before is None:
             return cls(queue)
-        if search is None:
-            raise SearchUnavailable("searching needs deadletter.queue.search, not installed here")
         return cls(queue, search.parse(text, after=after, before=before))
 
     def keys(self, *, after: bytes | None, until: bytes, limit: int) -> list[bytes]:

@@ -18,6 +18,7 @@ from deadletter.drain.redrive_run import RELEASE, STALE_AFTER, resume_redrives, 
 from deadletter.drain.redrives import RedriveError, cancel_redrive, plan_redrive
 from deadletter.models import QueuedMessage, Redrive
 from deadletter.wire import keys
+from deadletter.wire.gotime import GoTime
 from tests.drain import redrive_harness
 from tests.factories import park, parked, parked_messages
 
@@ -104,6 +105,27 @@ def test_bad_input_is_one_clear_error_and_nothing_is_stored(
     with pytest.raises(RedriveError, match=message):
         plan_redrive(**asked)
     assert not Redrive.objects.exists()
+
+
+def test_a_search_narrows_the_plan_and_the_run_to_its_matches() -> None:
+    park("refund order", "welcome mail", "refund late")
+    redrive = plan_redrive(queue="q", search="refund")
+    assert redrive.matched == 2
+    done = run_redrive(redrive.pk)
+    assert redrive_harness.HANDED == ["refund order", "refund late"]
+    assert parked("q") == ["welcome mail"]
+    assert (done.delivered, done.remaining) == (2, 0)
+
+
+def test_after_and_before_bound_the_first_failure() -> None:
+    now = datetime.now(UTC)
+    park("old", queued_at=GoTime.from_datetime(now - timedelta(days=3)))
+    park("new", queued_at=GoTime.from_datetime(now - timedelta(hours=1)))
+    redrive = plan_redrive(queue="q", after=now - timedelta(days=1))
+    assert redrive.matched == 1
+    run_redrive(redrive.pk)
+    assert redrive_harness.HANDED == ["new"]
+    assert plan_redrive(queue="q", before=now - timedelta(days=1)).matched == 1
 
 
 def test_a_malformed_search_is_a_redrive_error() -> None:
