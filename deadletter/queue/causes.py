@@ -22,36 +22,42 @@ MAX_SIGNATURE = 200
 LAST_ERROR_KEY = "LastError"
 """The `extra` key a failure is recorded under (the drain's, the captures', a user's own)."""
 
-# An HTTP status (100-599) where the text says it is one: after "HTTP", "HTTP Error",
-# "HTTPError:", "HTTP/1.1", "status", "status code" or "returned", or before its
-# reason phrase as written ("404 Not Found", requests' "404 Client Error"). Kept.
-_PHRASES = "|".join(
-    sorted(
-        {re.escape(s.phrase) for s in HTTPStatus} | {"Client Error", "Server Error"},
-        key=len,
-        reverse=True,
-    )
-)
-_STATUS = (
-    r"\b(?:HTTP(?:Error|/\d(?:\.\d)?)?|status(?:[ _]code)?|returned)[^\w\n]{0,3}"
-    r"(?:Error[^\w\n]{0,3})?[1-5]\d\d\b(?![.:]\d)"
-    rf"|\b[1-5]\d\d (?-i:{_PHRASES})\b"
-)
-# Longest first: a status (kept), a UUID, then hex runs with a digit (ids, hashes,
-# addresses), then any number (with its decimal point or separators).
+# Longest first: a UUID, then hex runs with a digit (ids, hashes, addresses),
+# then any number (with its decimal point or separators). Either case spelled
+# out: re.IGNORECASE makes every position's test cost twice as much.
 _VARIABLE = re.compile(
-    rf"(?P<status>{_STATUS})"
-    r"|[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
-    r"|\b0x[0-9a-f]+\b"
-    r"|\b(?=[0-9a-f]*[0-9])[0-9a-f]{6,}\b"
-    r"|\d+(?:[.,:_-]\d+)*",
-    re.IGNORECASE,
+    r"{h}{{8}}-{h}{{4}}-{h}{{4}}-{h}{{4}}-{h}{{12}}"
+    r"|\b0[xX]{h}+\b"
+    r"|\b(?={h}*[0-9]){h}{{6,}}\b"
+    r"|\d+(?:[.,:_-]\d+)*".format(h="[0-9a-fA-F]")
 )
 _SPACES = re.compile(r"\s+")
+# A three-digit number from 100 to 599 is an HTTP status, kept, where the text says
+# so: after "HTTP", "HTTP Error", "HTTPError:", "HTTP/1.1", "status", "status code"
+# or "returned", or before its reason phrase as written ("404 Not Found", requests'
+# "404 Client Error"). Looked for only around such a number, never along the text.
+_STATUS_SAID_BEFORE = re.compile(
+    r"\b(?:HTTP(?:Error|/\d(?:\.\d)?)?|status(?:[ _]code)?|returned)[^\w\n]{0,3}"
+    r"(?:Error[^\w\n]{0,3})?$",
+    re.IGNORECASE,
+)
+_LOOK_BEFORE = 20
+_PHRASES = sorted(
+    {s.phrase for s in HTTPStatus} | {"Client Error", "Server Error"}, key=len, reverse=True
+)
+_STATUS_SAID_AFTER = re.compile(rf" (?:{'|'.join(map(re.escape, _PHRASES))})\b")
 
 
 def _folded(match: re.Match[str]) -> str:
-    return match.group() if match.group("status") else "#"
+    """`#` for a variable part; an HTTP status as it is."""
+    number, text = match.group(), match.string
+    if len(number) == 3 and number[0] in "12345" and number.isdigit():
+        start, end = match.span()
+        if _STATUS_SAID_BEFORE.search(text, max(0, start - _LOOK_BEFORE), start) or (
+            _STATUS_SAID_AFTER.match(text, end)
+        ):
+            return number
+    return "#"
 
 
 def signature_of(last_error: object) -> str | None:

@@ -15,6 +15,7 @@ from deadletter.wire.messages import Message
             "ConnectionError: timeout after 31 s on 10.0.0.9:443",
         ),
         ("KeyError: user 7f3a9c2e1b00 not found", "KeyError: user 00aa11bb22cc not found"),
+        ("KeyError: user 7F3A9C2E1B00 at 0XFFEE", "KeyError: user 00AA11BB22CC at 0x12ab"),
         (
             "LookupError: order 503 for 0c8a2f4e-1d2b-4c3a-9e8f-1234567890ab",
             "LookupError: order 502 for 11111111-2222-3333-4444-555555555555",
