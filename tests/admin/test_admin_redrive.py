@@ -103,6 +103,25 @@ def test_the_lists_cause_filter_becomes_the_plans_search(admin_client, settings)
     assert "2 messages</strong> of queue <strong>webhooks</strong> match now" in plan.text
 
 
+def search_list(client: Any, listing: Page, text: str) -> Page:
+    """The list's search box submitted with `text` (a GET form keeping the filters)."""
+    form = listing.form_with("q")
+    params = {i["name"]: i.get("value", "") for i in form["inputs"] if i.get("type") != "submit"}
+    return open_page(client, form["action"], **{**params, "q": text})
+
+
+def test_a_searched_list_carries_its_search_to_the_plan(admin_client) -> None:
+    park("invoice paid", "invoice paid", "refund", queue="webhooks")
+    park("invoice paid", queue="other")
+    searched = search_list(admin_client, queue_list(admin_client, "webhooks"), "invoice")
+    plan = plan_page(admin_client, searched)
+    (search,) = [i for i in plan.form_with("search")["inputs"] if i["name"] == "search"]
+    assert search["value"] == "invoice"
+    assert "2 messages</strong> of queue <strong>webhooks</strong> match now" in plan.text
+    plan.submit(admin_client, plan.form_with("search"))
+    assert (Redrive.objects.get().search, Redrive.objects.get().matched) == ("invoice", 2)
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_list_of_every_queue_filtered_by_cause_asks_for_the_queue_first(
     admin_client, settings

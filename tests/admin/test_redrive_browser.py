@@ -70,6 +70,21 @@ def test_redrive_matching_counts_plans_and_cancels(operator: Page) -> None:
     expect(page.locator("#change-history")).to_contain_text("Cancelled")
 
 
+def test_the_lists_search_box_is_the_plans_search(operator: Page) -> None:
+    park("invoice paid", "refund", "refund", queue="webhooks")
+    page = operator
+    open_queue(page, "webhooks")
+    page.fill("#searchbar", "refund")
+    page.press("#searchbar", "Enter")
+    expect(page).to_have_url(re.compile(r"q=refund"))
+    page.get_by_role("link", name="Redrive matching…").click()
+    expect(page.locator("input[name=search]")).to_have_value("refund")
+    expect(page.locator("#dl-plan")).to_contain_text("2 messages of queue webhooks match now")
+    page.get_by_role("button", name="Redrive 2 messages").click()
+    expect(page.locator("ul.messagelist")).to_contain_text("planned: 2 message(s)")
+    assert Redrive.objects.get().search == "refund"
+
+
 def test_a_bad_search_is_a_form_error_and_plans_nothing(operator: Page) -> None:
     park("a", queue="webhooks")
     page = operator
