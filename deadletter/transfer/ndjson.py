@@ -43,7 +43,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 
 from deadletter.conf import conf
 from deadletter.exceptions import DeadletterError
-from deadletter.queue import age, browse
+from deadletter.queue import age, browse, search
 from deadletter.store import scans, sql
 from deadletter.wire import codec, keys
 from deadletter.wire.gotime import GoOnlyTime, GoTime
@@ -115,16 +115,23 @@ def dump(
     out: IO[str] | Any,
     queues: Iterable[str] | None = None,
     *,
+    query: search.Query | None = None,
     on_row: Callable[[int], None] | None = None,
 ) -> int:
     """Write every row of `queues` (all when None) to `out` in key order, one line
-    each; returns the number of lines. Reads a page of rows at a time."""
+    each, only those `query` matches when it is given; returns the number of
+    lines. Reads a page of rows at a time."""
     connection = sql.connection()
     written = 0
     with _without_mmap(connection):
         for name, _ in _queue_names(queues):
             low, high = keys.queue_bounds(name)
-            for key, value in sql.iter_range(connection, sql.table(), low, high, BATCH):
+            rows = (
+                sql.iter_range(connection, sql.table(), low, high, BATCH)
+                if not query
+                else search.iter_matching_rows(query, queue=name, first_batch=BATCH)
+            )
+            for key, value in rows:
                 out.write(row_line(key, value))
                 written += 1
                 if on_row is not None:

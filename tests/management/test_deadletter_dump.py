@@ -118,3 +118,21 @@ def test_an_unknown_queue_is_an_error_naming_it() -> None:
 def test_a_queue_with_a_handler_and_no_row_dumps_nothing(settings: Any) -> None:
     settings.DEADLETTER_HANDLERS = {"mail": "tests.factories.ok_handler"}
     assert dump("--queue", "mail") == ("", "")
+
+
+def test_search_dumps_only_the_matches_in_key_order() -> None:
+    for subject in ("refund failed", "charge failed", "refund again"):
+        store_failed_msgs("q", Message(subject=subject))
+    store_failed_msgs("other", Message(subject="refund elsewhere"))
+    out, _ = dump("--queue", "q", "--search", "refund", "--no-progress")
+    assert [json.loads(line)["Subject"] for line in out.splitlines()] == [
+        "refund failed",
+        "refund again",
+    ]
+
+
+def test_a_search_that_cannot_run_is_a_command_error_and_nothing_written(tmp_path: Path) -> None:
+    target = tmp_path / "dump.ndjson"
+    with pytest.raises(CommandError, match="--search: a quote is not closed"):
+        dump("--search", '"open', "-o", str(target))
+    assert not target.exists()

@@ -1,5 +1,6 @@
-"""`manage.py deadletter_dump [--queue NAME ...] [-o FILE]`: every message as NDJSON
-(`deadletter.transfer.ndjson`), to reproduce a failure elsewhere."""
+"""`manage.py deadletter_dump [--queue NAME ...] [--search S] [-o FILE]`: every message
+(or those a search matches) as NDJSON (`deadletter.transfer.ndjson`), to reproduce
+a failure elsewhere."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from deadletter.management.arguments import add_queue_argument
 from deadletter.management.database import DatabaseCommand
 from deadletter.management.progress import add_progress_argument, progress_bar
 from deadletter.management.queues import require_known_queues
+from deadletter.queue import search
 from deadletter.transfer import ndjson
 
 
@@ -27,16 +29,29 @@ class Command(DatabaseCommand):
         parser.add_argument(
             "-o", "--output", metavar="FILE", help="Write to FILE (replaced only when complete)."
         )
+        parser.add_argument(
+            "--search",
+            metavar="S",
+            default="",
+            help="Only the messages this search matches (the admin's language: words, "
+            '"phrases", subject:, user:, error:, code:, cause:, key:, after:, before:, '
+            "NAME:value).",
+        )
         add_progress_argument(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
         queues, path = options["queues"], options["output"]
         try:
+            query = search.parse(options["search"])
+        except search.SearchError as exc:
+            raise CommandError(f"--search: {exc}") from exc
+        self.query = query
+        try:
             require_known_queues(queues)
             if path is None:
                 # The bar goes to stderr; stdout carries nothing but the dump.
                 with self._bar(queues, options["progress"]) as tick:
-                    ndjson.dump(self.stdout, queues, on_row=tick)
+                    ndjson.dump(self.stdout, queues, query=query, on_row=tick)
                 return
             written = self._to_file(path, queues, options["progress"])
         except OSError as exc:
@@ -44,7 +59,8 @@ class Command(DatabaseCommand):
         self.stderr.write(f"Dumped {written} row(s) to {path}")
 
     def _bar(self, queues: list[str] | None, enabled: bool) -> Any:
-        total = ndjson.dump_total(queues) if enabled else None
+        # A search's matches are not counted ahead: the bar counts up, with no total.
+        total = ndjson.dump_total(queues) if enabled and not self.query else None
         return progress_bar(self.stderr, total=total, desc="dumping", enabled=enabled)
 
     def _to_file(self, path: str, queues: list[str] | None, enabled: bool) -> int:
@@ -55,7 +71,7 @@ class Command(DatabaseCommand):
                 os.fdopen(fd, "w", encoding="utf-8", newline="\n") as out,
                 self._bar(queues, enabled) as tick,
             ):
-                written = ndjson.dump(out, queues, on_row=tick)
+                written = ndjson.dump(out, queues, query=self.query, on_row=tick)
             os.replace(temp, path)
         except BaseException:
             os.unlink(temp)

@@ -10,6 +10,7 @@ from deadletter.queue.search.index import index_pending, iter_sweep, pending_cou
 from deadletter.queue.search.lookup import (
     count_matching,
     iter_matching,
+    iter_matching_rows,
     keys_page,
     matching_keys,
 )
@@ -24,6 +25,7 @@ __all__ = [
     "count_matching",
     "index_pending",
     "iter_matching",
+    "iter_matching_rows",
     "iter_sweep",
     "keys_page",
     "matching_keys",

@@ -24,7 +24,7 @@ from deadletter.store import sql
 from deadletter.wire import codec, keys
 from deadletter.wire.messages import Message
 
-__all__ = ["count_matching", "iter_matching", "keys_page", "matching_keys"]
+__all__ = ["count_matching", "iter_matching", "iter_matching_rows", "keys_page", "matching_keys"]
 
 # Candidates read a statement: a page's worth first, then more each time.
 _FIRST_BATCH = 51
@@ -145,6 +145,29 @@ def iter_matching(
     `after_key` and before `before_key` (both exclusive), oldest first (newest
     first with `descending`). The pending rows of the range are indexed first.
     Candidates are read `first_batch` at a time, then twice as many each time."""
+    for key, _ in iter_matching_rows(
+        query,
+        queue=queue,
+        after_key=after_key,
+        before_key=before_key,
+        descending=descending,
+        first_batch=first_batch,
+        connection=connection,
+    ):
+        yield key
+
+
+def iter_matching_rows(
+    query: Query,
+    *,
+    queue: str | None,
+    after_key: bytes | None = None,
+    before_key: bytes | None = None,
+    descending: bool = False,
+    first_batch: int = _FIRST_BATCH,
+    connection: BaseDatabaseWrapper | None = None,
+) -> Iterator[tuple[bytes, bytes]]:
+    """`iter_matching`, each key with its row's stored value (a dump of the matches)."""
     connection = connection or sql.connection()
     scope = _scope(query, queue)
     bounds = scope and _narrow(scope, after_key, before_key)
@@ -160,7 +183,7 @@ def iter_matching(
             key = bytes(raw_key)
             msgs = _messages(value) if query.reads_messages else None
             if query.matches(key, msgs, signature):
-                yield key
+                yield key, bytes(value or b"")
         if len(rows) < size:
             return
         size = min(size * 2, _MAX_BATCH)
