@@ -33,6 +33,7 @@ from deadletter.drain.redrive_run import redrive_turn
 from deadletter.drain.report import DrainReport
 from deadletter.drain.run import Drainer
 from deadletter.drain.timeouts import seconds_of
+from deadletter.queue import search
 from deadletter.store import reconnect, sql
 
 __all__ = [
@@ -112,6 +113,7 @@ def serve(
     limit = configured_outage_limit()
     total = ServiceReport()
     down_since: float | None = None
+    sweep_at: search.SweepCursor = None
     while not drainer.stopping():
         try:
             drainer.reconnect()
@@ -160,6 +162,7 @@ def serve(
             on_pass(report)
         turn_began = time.monotonic()
         total.redrives += _redrives(drainer, max(interval, REDRIVE_TURN))
+        sweep_at = _search_upkeep(sweep_at)
         if passes is not None and total.passes >= passes:
             break
         drainer.pause_between_passes(max(0.0, interval - (time.monotonic() - turn_began)))
@@ -176,6 +179,20 @@ def _redrives(drainer: Drainer, seconds: float) -> int:
         logger.exception("drain service could not run its redrives")
         reconnect.close_if_lost(sql.connection())
         return 0
+
+
+def _search_upkeep(sweep_at: search.SweepCursor) -> search.SweepCursor:
+    """The search index kept in step between passes (`search.upkeep`): what was
+    parked since is indexed, the postings of delivered rows swept a batch a time."""
+    try:
+        indexed, removed, sweep_at = search.upkeep(sweep_after=sweep_at)
+    except DatabaseError:
+        logger.exception("drain service could not keep the search index in step")
+        reconnect.close_if_lost(sql.connection())
+        return None
+    if indexed or removed:
+        logger.info("search index rows_indexed=%s postings_swept=%s", indexed, removed)
+    return sweep_at
 
 
 def _gave_up(exc: DatabaseError, down_for: float, limit: float) -> str:

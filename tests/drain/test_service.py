@@ -14,6 +14,8 @@ import pytest
 from django.db import connection
 
 from deadletter.drain import Drainer, DrainReport, serve
+from deadletter.models import SearchTerm
+from deadletter.queue import search
 from tests.drain.drain_harness import Drain, recorded
 from tests.factories import manage_py, park, parked
 
@@ -97,3 +99,18 @@ def test_the_service_delivers_what_is_parked_while_it_runs_and_exits_0_on_sigter
     assert service.wait() == 0, service.output()
     assert "Stopped by SIGTERM" in service.output()
     assert parked() == []
+
+
+def test_between_passes_the_service_indexes_new_rows_and_sweeps_delivered_ones(
+    settings: Any,
+) -> None:
+    settings.DEADLETTER_HANDLERS = {"q": "tests.factories.ok_handler"}
+    (delivered,) = park("delivered")
+    search.index_pending()
+    assert SearchTerm.objects.filter(key=delivered).exists()
+    park("waiting elsewhere", queue="other")
+    assert search.pending_count() == 1
+    serve(Drainer(), interval=0, passes=1)
+    assert search.pending_count() == 0
+    assert not SearchTerm.objects.filter(key=delivered).exists()
+    assert SearchTerm.objects.filter(term="elsewhere").exists()

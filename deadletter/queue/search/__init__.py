@@ -6,7 +6,14 @@ a query (`lookup`). The admin, the API, the commands and the redrives call these
 from __future__ import annotations
 
 from deadletter.queue.search.grammar import MAX_QUERY_CHARS, MAX_TERMS, SearchError, parse
-from deadletter.queue.search.index import index_pending, iter_sweep, pending_count, sweep
+from deadletter.queue.search.index import (
+    SweepCursor,
+    index_pending,
+    iter_sweep,
+    pending_count,
+    sweep,
+    upkeep,
+)
 from deadletter.queue.search.lookup import (
     count_matching,
     iter_matching,
@@ -22,6 +29,7 @@ __all__ = [
     "Cause",
     "Query",
     "SearchError",
+    "SweepCursor",
     "count_matching",
     "index_pending",
     "iter_matching",
@@ -32,4 +40,5 @@ __all__ = [
     "parse",
     "pending_count",
     "sweep",
+    "upkeep",
 ]

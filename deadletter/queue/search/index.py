@@ -28,7 +28,17 @@ from deadletter.store import sql
 from deadletter.wire import codec
 from deadletter.wire.messages import Message
 
-__all__ = ["BATCH", "SWEEP_BATCH", "index_pending", "iter_sweep", "pending_count", "sweep"]
+__all__ = [
+    "BATCH",
+    "SWEEP_BATCH",
+    "UPKEEP_SECONDS",
+    "SweepCursor",
+    "index_pending",
+    "iter_sweep",
+    "pending_count",
+    "sweep",
+    "upkeep",
+]
 
 logger = logging.getLogger("deadletter")
 
@@ -160,6 +170,26 @@ def sweep(
     if len(rows) < limit:
         return len(dead), None
     return len(dead), (rows[-1][0], bytes(rows[-1][1]))
+
+
+# What the drain service gives the index between two passes.
+UPKEEP_SECONDS = 0.5
+
+SweepCursor = tuple[str, bytes] | None
+
+
+def upkeep(
+    connection: BaseDatabaseWrapper | None = None,
+    *,
+    sweep_after: SweepCursor = None,
+    budget: float = UPKEEP_SECONDS,
+) -> tuple[int, int, SweepCursor]:
+    """The index's share of the drain service's time between passes: the rows
+    parked since (for about `budget` seconds), then one sweep batch from
+    `sweep_after`; returns rows indexed, postings removed, the next sweep cursor."""
+    indexed = index_pending(connection, budget=budget)
+    removed, cursor = sweep(connection, after=sweep_after)
+    return indexed, removed, cursor
 
 
 def iter_sweep(connection: BaseDatabaseWrapper | None = None) -> Iterator[int]:
