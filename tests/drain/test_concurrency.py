@@ -4,6 +4,7 @@ outcome recorded, the rate, the breaker, the time limit, oldest first."""
 
 from __future__ import annotations
 
+import io
 import os
 import random
 import threading
@@ -300,8 +301,10 @@ def test_the_command_passes_concurrency_to_the_drain() -> None:
     park(*subjects(6))
     barrier = threading.Barrier(3, timeout=30)
     behaviour["*"] = waits_for(barrier)
-    call_command("deadletter_drain", "--concurrency", "3", "--no-progress")
+    out = io.StringIO()
+    call_command("deadletter_drain", "--concurrency", "3", "--no-progress", stdout=out)
     assert len(threads) == 3
+    assert ", 3 at once" in out.getvalue().splitlines()[0]
     assert parked() == []
 
 

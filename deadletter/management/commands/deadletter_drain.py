@@ -95,6 +95,7 @@ class Command(DatabaseCommand):
     # before any row is touched; the full system check would exit 1.
     requires_system_checks: list[str] = []
     grace = DEFAULT_GRACE
+    concurrency = 1
     clock: StopClock | None = None
 
     def run_from_argv(self, argv: list[str]) -> None:
@@ -179,6 +180,7 @@ class Command(DatabaseCommand):
         fmt = options["format"]
         forever = options["forever"]
         self.grace = options["grace"]
+        self.concurrency = options["concurrency"]
         if options["interval"] is not None and not forever:
             raise CommandError("--interval needs --forever", returncode=2)
         if forever and options["dry_run"]:
@@ -423,7 +425,8 @@ class Command(DatabaseCommand):
         lines = [
             f"{verb} {', '.join(report.queues)} "
             f"in {report.elapsed:.2f}s{rate_text}"
-            + (f" with {report.workers} workers" if report.workers > 1 else ""),
+            + (f" with {report.workers} workers" if report.workers > 1 else "")
+            + (f", {self.concurrency} at once" if self.concurrency > 1 else ""),
             f"  delivered:    {report.delivered}",
             f"  requeued:     {report.requeued} (partly delivered, rest parked again)",
             f"  dropped:      {sum(d.values())} (expired {d['expired']}, corrupt {d['corrupt']}, "
