@@ -344,3 +344,19 @@ def test_no_word_of_the_list_s_cells_is_broken_across_lines(
     scrolled = page.evaluate("document.documentElement.scrollWidth")
     assert scrolled <= width, f"the changelist is {scrolled} px wide at {width}"
     context.close()
+
+
+def test_purge_s_confirm_button_is_django_s_destructive_one(operator: Page) -> None:
+    page = operator
+    page.goto("/admin/deadletter/")
+    page.get_by_role("link", name="Queue overview").click()
+    page.get_by_role("link", name="Purge expired").click()
+    button = page.get_by_role("button", name="Yes, purge expired")
+    colour = button.evaluate("b => getComputedStyle(b).backgroundColor")
+    destructive = page.evaluate(
+        "(() => { const probe = document.createElement('div');"
+        " probe.style.backgroundColor = 'var(--delete-button-bg)';"
+        " document.body.append(probe);"
+        " return getComputedStyle(probe).backgroundColor; })()"
+    )
+    assert colour == destructive, f"{colour} is not Django's delete button colour {destructive}"
