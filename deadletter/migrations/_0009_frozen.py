@@ -19,6 +19,7 @@ from deadletter.migrations._0002_frozen.items import CodecError
 TERM_CHARS = 64
 BATCH = 500
 BATCH_SECONDS = 0.1
+BATCH_POSTINGS = 2000
 _WORD = re.compile(r"\w+")
 _FIELDS = ("Subject", "Username")
 _LISTS = ("Descriptions", "Fields")
@@ -60,8 +61,9 @@ def row_terms(value: bytes) -> set[str]:
 
 
 def index_pending_rows(connection: BaseDatabaseWrapper, table: str, terms_table: str) -> int:
-    """Index every pending row in short transactions of at most `BATCH` rows or
-    `BATCH_SECONDS`; a row rewritten meanwhile stays pending for the live indexer."""
+    """Index every pending row in short transactions of at most `BATCH` rows,
+    `BATCH_POSTINGS` postings or `BATCH_SECONDS` of reading; a row rewritten
+    meanwhile stays pending for the live indexer."""
     quote = connection.ops.quote_name
     key = quote("key")
     select = (
@@ -89,7 +91,7 @@ def index_pending_rows(connection: BaseDatabaseWrapper, table: str, terms_table:
         for row_key, value in batch:
             postings.extend((row_key, term) for term in row_terms(value))
             settled.append((row_key, value))
-            if time.monotonic() - started >= BATCH_SECONDS:
+            if len(postings) >= BATCH_POSTINGS or time.monotonic() - started >= BATCH_SECONDS:
                 break
         with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
             if postings:

@@ -44,8 +44,10 @@ logger = logging.getLogger("deadletter")
 
 BATCH = 500
 SWEEP_BATCH = 5000
-# One batch's transaction holds SQLite's write lock: a batch stops taking rows
-# after this long, so a park waits at most about this.
+# One batch's transaction holds SQLite's write lock for about its postings'
+# inserts: a batch stops taking rows at this many postings (or after this long
+# reading them), so a park waits at most about 0.1 s.
+_BATCH_POSTINGS = 2000
 _BATCH_SECONDS = 0.1
 
 
@@ -110,8 +112,9 @@ def _index_batch(connection: BaseDatabaseWrapper, rows: list[tuple], clear: str)
         # (the SQLite spool, a load, an import) gets it here, as a park would.
         cause = signature_at_park(msgs[0]) if len(msgs) == 1 else None
         settled.append((cause, key, value))
-        if time.monotonic() - started >= _BATCH_SECONDS:
+        if len(postings) >= _BATCH_POSTINGS or time.monotonic() - started >= _BATCH_SECONDS:
             break
+    postings.sort(key=lambda posting: (posting[1], posting[0]))  # the index's order
     with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
         sql.insert_new(connection, cursor, _terms_table(), ("key", "term"), postings)
         cursor.executemany(clear, settled)

@@ -59,13 +59,14 @@ def texts_of(msg: Message) -> dict[str, list[str]]:
 
 def terms_of(msgs: Iterable[Message]) -> set[str]:
     """Every term the index holds for a row of `msgs`: the words of all their texts
-    and the code of each."""
+    and the code of each (the texts read in one pass: a word never spans two, as
+    the separator is not part of a word)."""
     terms: set[str] = set()
     for msg in msgs:
         terms.add(code_term(msg.code))
-        for texts in texts_of(msg).values():
-            for text in texts:
-                terms.update(words(text))
+        joined = "\n".join(text for texts in texts_of(msg).values() for text in texts)
+        for word in _WORD.findall(joined.casefold()):
+            terms.add(word if len(word) <= TERM_CHARS else word[:TERM_CHARS])
     return terms
 
 
