@@ -9,6 +9,7 @@ import random
 import signal
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -179,15 +180,16 @@ def test_a_signal_stops_it_after_the_message_in_hand_and_resume_carries_on(
 
 
 def _kill_then_resume(
-    command: RedriveCommand, args: list[str], rng: Any, total: int
+    command: RedriveCommand, args: list[str], rng: Any, total: int, progress: Callable[[], int]
 ) -> tuple[str, bool]:
-    """Start the command, SIGKILL it at a random point of its run, then resume every
+    """Start the command, SIGKILL it at a random point of its run (once `progress()`
+    has gone up by 1 to `total - 1`, and a random pause more), then resume every
     unfinished redrive; the subject in hand when the kill came ("" if none), and
     whether the kill caught a redrive unfinished."""
+    wait_for = progress() + rng.randint(1, total - 1)
     child = command.start(*args)
-    wait_for = rng.randint(0, total)
     deadline = time.monotonic() + 60
-    while len(command.in_hand_lines()) < wait_for and child.poll() is None:
+    while progress() < wait_for and child.poll() is None:
         assert time.monotonic() < deadline
         time.sleep(0.002)
     time.sleep(rng.uniform(0, 0.05))
@@ -203,6 +205,16 @@ def _kill_then_resume(
     resumed = command.run("--resume")
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     return in_hand, True
+
+
+def _handed(command: RedriveCommand) -> Callable[[], int]:
+    """Messages the handler has taken in hand so far (over every run)."""
+    return lambda: len(command.in_hand_lines())
+
+
+def _moved() -> int:
+    """Messages moved so far, as the redrives' rows say."""
+    return sum(Redrive.objects.values_list("moved", flat=True))
 
 
 KILL_RUNS = 20
@@ -224,9 +236,11 @@ def test_killed_at_random_points_and_resumed_nothing_is_lost_or_moved_twice(
         subjects = [f"r{run}-m{i}" for i in range(PER_RUN)]
         park(*subjects)
         args = ["--queue", "q", "--user", "alice", "--no-progress"]
+        progress = _handed(command)
         if destination:
-            args += ["--to", destination, "--rate", "200/s"]
-        in_hand, unfinished = _kill_then_resume(command, args, rng, PER_RUN)
+            args += ["--to", destination, "--rate", "50/s"]
+            progress = _moved
+        in_hand, unfinished = _kill_then_resume(command, args, rng, PER_RUN, progress)
         caught += unfinished
         assert parked() == [], f"run {run}: left in the source"
         if destination:
