@@ -15,6 +15,7 @@ from deadletter.models import QueuedMessage, SearchTerm
 from deadletter.queue import dequeue, store_failed_msgs
 from deadletter.queue.causes import signature_at_park
 from deadletter.queue.legacy import split_legacy_rows
+from deadletter.queue.moves import move_msg
 from deadletter.queue.search import (
     count_matching,
     index_pending,
@@ -247,3 +248,12 @@ def test_a_row_loaded_with_its_last_error_gets_its_cause_from_the_indexer() -> N
 def test_a_park_with_a_last_error_writes_its_cause_in_the_insert() -> None:
     (key,) = park("m", extra={"LastError": "ConnectionError: refused by 10.0.0.1"})
     assert QueuedMessage.objects.get(key=key).signature == "ConnectionError: refused by #"
+
+
+def test_a_moved_row_is_found_in_its_new_queue_only() -> None:
+    (key,) = park("moving words")
+    assert found("moving") == [key]
+    moved = move_msg(key, "elsewhere")
+    assert moved is not None
+    assert found("moving") == []
+    assert found("moving", "elsewhere") == [moved]
