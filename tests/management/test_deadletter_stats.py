@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from deadletter.management.commands.deadletter_stats import age, duration
 from deadletter.queue import claims
-from tests.factories import park_aged
+from tests.factories import park, park_aged
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -141,3 +141,13 @@ def test_the_output_and_its_statements_stay_the_same_at_3000_queues() -> None:
     others = [line for line in many if line.startswith("(other queues)")]
     assert others[0].split()[2] == str(3020 - 5)
     assert [line.split()[1] for line in many if line.startswith("TOTAL")][0] == "3020"
+
+
+def test_stats_say_how_many_rows_wait_for_the_search_index() -> None:
+    park("waiting")
+    out = StringIO()
+    call_command("deadletter_stats", "--format", "json", stdout=out)
+    assert json.loads(out.getvalue())["search_pending"] == 1
+    out = StringIO()
+    call_command("deadletter_stats", stdout=out)
+    assert "1 row(s) wait for the search index" in out.getvalue()

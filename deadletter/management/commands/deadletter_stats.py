@@ -17,6 +17,7 @@ from django.core.management.base import CommandError, CommandParser
 from deadletter.management.arguments import add_queue_argument
 from deadletter.management.database import DatabaseCommand
 from deadletter.management.queues import require_known_queues
+from deadletter.queue import search
 from deadletter.reports import expiry, stats
 from deadletter.store.counters import DROP_REASONS
 
@@ -110,8 +111,11 @@ class Command(DatabaseCommand):
             limit=options["limit"],
         )
         fmt = options["format"]
+        waiting = search.pending_count()
         if fmt == "json":
-            self.stdout.write(json.dumps({**figures.as_dict(), "warned": warned}))
+            self.stdout.write(
+                json.dumps({**figures.as_dict(), "warned": warned, "search_pending": waiting})
+            )
         elif fmt == "prometheus":
             try:
                 from deadletter.reports.metrics import render
@@ -124,6 +128,11 @@ class Command(DatabaseCommand):
                 ) from None
         else:
             self.stdout.write(self._table(figures))
+            if waiting:
+                self.stdout.write(
+                    f"{waiting} row(s) wait for the search index (a search or the drain "
+                    "service indexes them)."
+                )
             if warned:
                 self.stdout.write(f"Warned about {warned} message(s) close to the age limit.")
 
