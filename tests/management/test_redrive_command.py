@@ -260,3 +260,26 @@ def test_killed_at_random_points_and_resumed_nothing_is_lost_or_moved_twice(
         f"\nkill runs={KILL_RUNS} caught_unfinished={caught} destination={destination} "
         f"lost=0 doubles={doubles}"
     )
+
+
+def test_a_cancel_from_another_process_stops_a_running_redrive(
+    subprocess_env: dict[str, str], tmp_path: Path, operator: User
+) -> None:
+    gate = tmp_path / "gate"
+    command = RedriveCommand(subprocess_env, tmp_path, DRAIN_GATE=str(gate))
+    park(*[f"m{i}" for i in range(8)])
+    child = command.start("--queue", "q", "--user", "alice", "--no-progress")
+    deadline = time.monotonic() + 60
+    while not command.in_hand_lines() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    redrive = Redrive.objects.get()
+    cancelled = command.run("--cancel", str(redrive.pk), "--user", "alice")
+    assert cancelled.returncode == 0, cancelled.stderr
+    time.sleep(1.5)  # the runner looks at its row once a second
+    gate.touch()  # the message in hand is delivered, and no other
+    out, err = child.communicate(timeout=60)
+    assert child.returncode == 1, err
+    assert f"Redrive {redrive.pk} cancelled" in out
+    redrive.refresh_from_db()
+    assert (redrive.status, redrive.delivered, redrive.remaining) == ("cancelled", 1, 7)
+    assert recorded(command.record) == ["m0:-"] and len(parked()) == 7
