@@ -57,6 +57,7 @@ def test_the_management_commands_keep_their_names() -> None:
         "deadletter_export_kv",
         "deadletter_import_kv",
         "deadletter_load",
+        "deadletter_redrive",
         "deadletter_stats",
     }
 

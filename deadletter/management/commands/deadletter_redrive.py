@@ -203,7 +203,10 @@ class Command(DatabaseCommand):
                 returncode=2,
             )
         user_model: Any = get_user_model()
-        user = user_model._default_manager.filter(**{user_model.USERNAME_FIELD: name}).first()
+        try:
+            user = user_model.objects.get_by_natural_key(name)
+        except user_model.DoesNotExist:
+            user = None
         if user is None or not user.is_active:
             raise CommandError(f"no active user {name!r}", returncode=2)
         if not user.has_perm(PERMISSION):
