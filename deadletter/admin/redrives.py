@@ -53,7 +53,7 @@ def plan_link(request: HttpRequest) -> str | None:
     if not may_redrive(request) or not (queue or text or cause):
         return None
     if cause:
-        text = f'{text} cause:"{cause}"'.strip()
+        text = f"{text} cause:{search.quote(cause)}".strip()
     params = {name: value for name, value in (("queue", queue), ("search", text)) if value}
     return f"{reverse('admin:deadletter_redrive_plan')}?{urlencode(params)}"
 

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 import pytest
 from django.test import override_settings
 
-from deadletter.queue.search import MAX_TERMS, SearchError, parse
+from deadletter.queue.search import MAX_TERMS, SearchError, parse, quote
 from deadletter.queue.search.query import Cause, Code, FirstFailure, KeyPrefix, Phrase
 
 
@@ -83,3 +83,12 @@ def test_a_key_prefix_is_an_exact_key_range() -> None:
     assert KeyPrefix("0a1b").bounds() == (b"\x0a\x1b", b"\x0a\x1c")
     assert KeyPrefix("abf").bounds() == (b"\xab\xf0", b"\xac\x00")
     assert KeyPrefix("ff").bounds() == (b"\xff", None)
+
+
+@pytest.mark.parametrize("cause", ['KeyError: "order"', "a \\ backslash", 'both \\" and "'])
+def test_any_cause_quotes_into_a_term_that_parses_back_to_it(cause: str) -> None:
+    assert parse(f"cause:{quote(cause)}").causes == (Cause(cause),)
+
+
+def test_a_backslash_keeps_a_quote_inside_a_phrase() -> None:
+    assert parse(r'"say \"hi\""').conditions == (Phrase(("say", "hi")),)

@@ -5,7 +5,7 @@ a query (`lookup`). The admin, the API, the commands and the redrives call these
 
 from __future__ import annotations
 
-from deadletter.queue.search.grammar import MAX_QUERY_CHARS, MAX_TERMS, SearchError, parse
+from deadletter.queue.search.grammar import MAX_QUERY_CHARS, MAX_TERMS, SearchError, parse, quote
 from deadletter.queue.search.index import (
     SweepCursor,
     index_pending,
@@ -39,6 +39,7 @@ __all__ = [
     "matching_keys",
     "parse",
     "pending_count",
+    "quote",
     "sweep",
     "upkeep",
 ]

@@ -33,18 +33,20 @@ from deadletter.queue.search.query import (
 )
 from deadletter.queue.search.words import words
 
-__all__ = ["MAX_QUERY_CHARS", "MAX_TERMS", "SearchError", "parse"]
+__all__ = ["MAX_QUERY_CHARS", "MAX_TERMS", "SearchError", "parse", "quote"]
 
 MAX_QUERY_CHARS = 1000
 MAX_TERMS = 20
 _FIELDS = {"subject": "subject", "user": "user", "error": "error"}
 _HEX = re.compile(r"[0-9a-f]+")
-# One term: NAME:"quoted value", NAME:value, "a phrase", or a bare word.
+# One term: NAME:"quoted value", NAME:value, "a phrase", or a bare word; inside
+# quotes a backslash keeps the next character as it is (\" and \\).
 _TERM = re.compile(
-    r'(?P<name>[^\s:"]+):(?:"(?P<quoted>[^"]*)"|(?P<bare>[^\s"]*))'
-    r'|"(?P<phrase>[^"]*)"'
+    r'(?P<name>[^\s:"]+):(?:"(?P<quoted>(?:[^"\\]|\\.)*)"|(?P<bare>[^\s"]*))'
+    r'|"(?P<phrase>(?:[^"\\]|\\.)*)"'
     r'|(?P<word>[^\s"]+)'
 )
+_ESCAPE = re.compile(r"\\(.)")
 
 
 class SearchError(ValueError):
@@ -76,13 +78,21 @@ def parse(text: str, *, after: datetime | None = None, before: datetime | None =
             raise SearchError(f"the search has more than {MAX_TERMS} terms")
         name = found["name"]
         if name is None:
-            conditions.append(_phrase(found["phrase"] or found["word"] or "", None))
+            phrase = found["phrase"]
+            text_of = found["word"] if phrase is None else _ESCAPE.sub(r"\1", phrase)
+            conditions.append(_phrase(text_of or "", None))
             continue
-        value = found["quoted"] if found["quoted"] is not None else found["bare"]
+        quoted = found["quoted"]
+        value = found["bare"] if quoted is None else _ESCAPE.sub(r"\1", quoted)
         _qualifier(name, value or "", conditions, causes, prefixes)
     if after is not None or before is not None:
         conditions.append(FirstFailure(after and _aware(after), before and _aware(before)))
     return Query(text, tuple(conditions), tuple(causes), tuple(prefixes))
+
+
+def quote(value: str) -> str:
+    """`value` as one quoted term of the language (`cause:` + this finds it exactly)."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def _qualifier(
