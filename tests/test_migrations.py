@@ -439,6 +439,7 @@ def test_a_rerun_completes_what_a_killed_split_left_storing_nothing_twice(
 
 
 @pytest.mark.slow
+@pytest.mark.loops
 def test_a_migration_killed_at_random_points_then_rerun_keeps_every_message_once_in_order(
     before_split: None, subprocess_env: dict[str, str]
 ) -> None:

@@ -309,6 +309,7 @@ def test_the_command_passes_concurrency_to_the_drain() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.loops
 def test_sigkill_during_a_concurrent_drain_loses_nothing(
     subprocess_env: dict[str, str], tmp_path: Path
 ) -> None:

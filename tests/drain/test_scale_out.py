@@ -171,6 +171,7 @@ def test_limit_is_shared_by_the_workers(
 
 
 @pytest.mark.slow
+@pytest.mark.loops
 def test_workers_killed_at_random_points_lose_nothing_and_duplicate_only_messages_in_hand(
     server_db: None, subprocess_env: dict[str, str], tmp_path: Path
 ) -> None:

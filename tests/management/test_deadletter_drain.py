@@ -306,6 +306,7 @@ def test_a_waiting_drain_by_another_name_delivers_nothing_twice_and_keeps_the_or
 
 
 @pytest.mark.slow
+@pytest.mark.loops
 def test_sigkill_at_random_points_loses_nothing_and_duplicates_only_the_message_in_hand(
     subprocess_env: dict[str, str], tmp_path: Path
 ) -> None:

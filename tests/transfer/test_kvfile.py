@@ -300,6 +300,7 @@ def imported_in_turn(clean: list[tuple[bytes, bytes]], logged: int) -> tuple[int
 
 
 @pytest.mark.slow
+@pytest.mark.loops
 def test_an_import_killed_at_random_points_then_rerun_writes_every_row_once(
     tmp_path: Path, subprocess_env: dict[str, str]
 ) -> None:
