@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.apps import apps
 from django.urls import reverse
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema_field
 from rest_framework import exceptions, serializers, status
@@ -24,7 +23,7 @@ from deadletter.api.fields import Int64Field, TextField
 from deadletter.api.serializers import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, ErrorSerializer
 from deadletter.api.views import BAD, REFUSALS
 from deadletter.conf import conf
-from deadletter.drain.redrives import RedriveError, cancel_redrive, plan_redrive
+from deadletter.drain.redrives import RedriveError, audit, cancel_redrive, plan_redrive
 from deadletter.models import Redrive
 from deadletter.queue import search
 from deadletter.wire import keys
@@ -221,20 +220,6 @@ def _found(pk: str) -> Redrive:
     return redrive
 
 
-def _audit(request: Request, redrive: Redrive, flag: int, text: str) -> None:
-    """A `LogEntry` naming the user, in the redrive's History, where the admin is
-    installed (its log is the admin's model)."""
-    if not apps.is_installed("django.contrib.admin"):
-        return
-    log_entry: Any = apps.get_model("admin", "LogEntry")
-    log_entry.objects.log_actions(
-        user_id=request.user.pk, queryset=[redrive], action_flag=flag, change_message=text
-    )
-
-
-ADDITION, CHANGE = 1, 2  # django.contrib.admin.models' flags
-
-
 class RedriveList(DeadletterView):
     """GET: the redrives, newest first, a page at a time (`?after=<id>&limit=<n>`,
     `?status=`). POST: plan one, answered with it (201); with `dry_run` only the
@@ -297,7 +282,12 @@ class RedriveList(DeadletterView):
         shown = RedriveSerializer(redrive, context={"request": request}).data
         if dry_run:
             return Response(shown)
-        _audit(request, redrive, ADDITION, f"Planned through the API: {redrive.matched} message(s)")
+        audit(
+            request.user,
+            redrive,
+            "planned",
+            f"Planned through the API: {redrive.matched} message(s)",
+        )
         headers = {"Location": shown["url"]}
         return Response(shown, status=status.HTTP_201_CREATED, headers=headers)
 
@@ -336,5 +326,5 @@ class RedriveCancel(DeadletterView):
             redrive = cancel_redrive(found.pk)
         except RedriveError as exc:
             raise Conflict(str(exc)) from None
-        _audit(request, redrive, CHANGE, "Cancelled through the API")
+        audit(request.user, redrive, "cancelled", "Cancelled through the API")
         return Response(RedriveSerializer(redrive, context={"request": request}).data)

@@ -11,12 +11,16 @@ queue's attempts limit, backoff and breaker), `outcomes` (the rules),
 one loop every path hands messages over through), `options` (what a run is
 asked to do), `locking` (SQLite's one drain per queue), `workers` (forked
 workers on PostgreSQL and MySQL/MariaDB), `run` (the `Drainer`, one pass),
-`service` (pass after pass, `--forever`), `stopping` (signals), `timeouts`
-(handlers under a time limit), `retry` (`redeliver`, the admin's "retry
-these": the loop fed by keys), `redrives` (a stored redrive planned and
-cancelled), `redrive_run` (run and resumed through the same loop),
-`redrive_match` (the keys it walks) and `web` (views outside the request's
-transaction).
+`concurrency` (the threads that keep several messages in hand), `service`
+(pass after pass, `--forever`), `stopping` (signals), `timeouts` (handlers
+under a time limit), `retry` (`redeliver`, the admin's "retry these": the loop
+fed by keys),
+`redrives` (a stored redrive planned, cancelled and audited), `redrive_match`
+(the keys its filter matches), `redrive_claim` (this process its runner: the
+claim, the watcher's heartbeat and cancel, a gone runner), `redrive_walk` (the
+keys a run walks and its cursor), `redrive_run` (one redrive run through the
+same loop), `redrive_turns` (unfinished ones resumed, the service's turns) and
+`web` (views outside the request's transaction).
 """
 
 from __future__ import annotations
@@ -33,7 +37,8 @@ from deadletter.drain.locking import QueueLock
 from deadletter.drain.options import DrainOptions
 from deadletter.drain.outcomes import LAST_ERROR_LIMIT, deliver, last_error
 from deadletter.drain.policy import Policy, handler_path
-from deadletter.drain.redrive_run import resume_redrives, run_redrive
+from deadletter.drain.redrive_run import run_redrive
+from deadletter.drain.redrive_turns import resume_redrives
 from deadletter.drain.redrives import RedriveError, cancel_redrive, plan_redrive
 from deadletter.drain.report import DROP_REASONS, DrainReport, Outcome
 from deadletter.drain.retry import redeliver

@@ -1,7 +1,8 @@
 """Redrives, the stored job: planned here (`plan_redrive`: the filter checked, what
 it matches counted up to the queue's tail, the row written), cancelled here
-(`cancel_redrive`), run by `redrive_run`. The admin, the API and the command
-call these, so a redrive means the same wherever it is started.
+(`cancel_redrive`), run by `redrive_run` (resumed by `redrive_turns`); each
+planning and cancelling by a user is audited here (`audit`). The admin, the API
+and the command call these, so a redrive means the same wherever it is started.
 
 The plan is bounded by `until`, the queue's newest key when it was counted: what
 is parked after the plan is not in it, and `matched` is what the run walks.
@@ -12,6 +13,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from typing import Any, Literal
+
+from django.apps import apps
 
 from deadletter.conf import conf
 from deadletter.drain.concurrency import MAX_CONCURRENCY
@@ -22,7 +26,15 @@ from deadletter.models import QueuedMessage, Redrive
 from deadletter.queue import claims
 from deadletter.wire import keys
 
-__all__ = ["FINAL", "RedriveError", "cancel_redrive", "plan_redrive", "redrive_filter"]
+__all__ = [
+    "FINAL",
+    "AuditAction",
+    "RedriveError",
+    "audit",
+    "cancel_redrive",
+    "plan_redrive",
+    "redrive_filter",
+]
 
 FINAL = (Redrive.Status.FINISHED, Redrive.Status.CANCELLED)
 """Statuses a redrive never leaves."""
@@ -34,6 +46,10 @@ CANCELLABLE = (
     Redrive.Status.FAILED,
 )
 """Statuses a redrive can be cancelled from: every one it may still carry on from."""
+AuditAction = Literal["planned", "cancelled"]
+AUDIT_FLAGS: dict[AuditAction, int] = {"planned": 1, "cancelled": 2}
+"""django.contrib.admin.models' ADDITION and CHANGE (that module cannot be imported
+where the admin is not installed)."""
 
 
 class RedriveError(ValueError):
@@ -187,3 +203,18 @@ def _checked_ramp(ramp: Sequence[int]) -> list[int]:
         if type(step) is not int or step < 1:
             raise RedriveError(f"ramp steps must be whole numbers of at least 1, got {step!r}")
     return steps
+
+
+def audit(user: Any, redrive: Redrive, action: AuditAction, message: str) -> None:
+    """A `LogEntry` naming `user` in the redrive's admin History, for a redrive the
+    command or the API planned or cancelled. None where there is no user (no auth
+    app) or no admin (its log is the admin's model)."""
+    if user is None or not apps.is_installed("django.contrib.admin"):
+        return
+    log_entry: Any = apps.get_model("admin", "LogEntry")
+    log_entry.objects.log_actions(
+        user_id=user.pk,
+        queryset=[redrive],
+        action_flag=AUDIT_FLAGS[action],
+        change_message=message,
+    )

@@ -9,7 +9,7 @@ database that cannot be reached for `DEADLETTER_DATABASE_OUTAGE_LIMIT` ends the
 service with `ServiceReport.failure` saying why, for the command to exit
 non-zero on and its supervisor to restart it.
 
-Between two passes the service runs stored redrives (`redrive_run.redrive_turn`):
+Between two passes the service runs stored redrives (`redrive_turns.redrive_turn`):
 planned ones, and running ones whose runner is gone, for the time the interval
 leaves (at least `REDRIVE_TURN` seconds), then hands the one in progress back as
 planned and makes its next pass. So a long redrive never holds the queues' own
@@ -29,7 +29,7 @@ from django.db import DatabaseError
 
 from deadletter.conf import conf
 from deadletter.drain.errors import DrainConfigError
-from deadletter.drain.redrive_run import redrive_turn
+from deadletter.drain.redrive_turns import redrive_turn
 from deadletter.drain.report import DrainReport
 from deadletter.drain.run import Drainer
 from deadletter.drain.timeouts import seconds_of

@@ -3,7 +3,8 @@ filter matches, and run it here in the foreground; or run, resume, cancel and
 list stored ones.
 
 Only parses arguments, checks who may, writes the audit entry and shows progress;
-the redrive itself is `deadletter.drain.redrives` and `redrive_run`.
+the redrive itself is `deadletter.drain.redrives`, `redrive_run` and
+`redrive_turns`.
 
 Who may: where `django.contrib.auth` is installed, `--user USERNAME` names the
 Django user who starts or cancels a redrive, who needs the
@@ -34,8 +35,9 @@ from django.db import transaction
 from deadletter.conf import conf
 from deadletter.drain import DrainAborted, SignalGuard
 from deadletter.drain.delivery import Stop
-from deadletter.drain.redrive_run import resume_redrives, run_redrive
-from deadletter.drain.redrives import RedriveError, cancel_redrive, plan_redrive
+from deadletter.drain.redrive_run import run_redrive
+from deadletter.drain.redrive_turns import resume_redrives
+from deadletter.drain.redrives import RedriveError, audit, cancel_redrive, plan_redrive
 from deadletter.management.arguments import queue_name
 from deadletter.management.commands.deadletter_drain import positive_int, rate
 from deadletter.management.database import DatabaseCommand, require_migrated
@@ -43,7 +45,6 @@ from deadletter.management.progress import add_progress_argument, progress_bar
 from deadletter.models import Redrive
 
 PERMISSION = "deadletter.redrive_queuedmessage"
-ADDITION, CHANGE = 1, 2  # django.contrib.admin.models' action flags
 LISTED = 20
 ALL = 0
 """`--resume` with no id: every unfinished redrive."""
@@ -216,15 +217,6 @@ class Command(DatabaseCommand):
         return user
 
     @staticmethod
-    def _audit(user: Any, redrive: Redrive, flag: int, text: str) -> None:
-        if user is None or not apps.is_installed("django.contrib.admin"):
-            return
-        log_entry: Any = apps.get_model("admin", "LogEntry")
-        log_entry.objects.log_actions(
-            user_id=user.pk, queryset=[redrive], action_flag=flag, change_message=text
-        )
-
-    @staticmethod
     def _name_of(user: Any) -> str:
         return user.get_username() if user is not None else getpass.getuser()
 
@@ -260,10 +252,10 @@ class Command(DatabaseCommand):
             return
         with transaction.atomic(using=conf.DATABASE):
             redrive.save(using=conf.DATABASE)
-            self._audit(
+            audit(
                 user,
                 redrive,
-                ADDITION,
+                "planned",
                 f"Started by deadletter_redrive: {self._plan_line(redrive)}",
             )
         self._say(options, redrive, f"Planned redrive {redrive.pk}: {self._plan_line(redrive)}")
@@ -330,7 +322,7 @@ class Command(DatabaseCommand):
         try:
             with transaction.atomic(using=conf.DATABASE):
                 redrive = cancel_redrive(options["cancel"])
-                self._audit(user, redrive, CHANGE, "Cancelled by deadletter_redrive")
+                audit(user, redrive, "cancelled", "Cancelled by deadletter_redrive")
         except RedriveError as exc:
             raise CommandError(str(exc), returncode=2) from exc
         self._say(
