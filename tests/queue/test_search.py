@@ -30,6 +30,7 @@ from deadletter.transfer.kvfile.importing import import_kv
 from deadletter.wire import codec, keys
 from deadletter.wire.gotime import GoTime
 from deadletter.wire.messages import Message
+from tests.drain.drain_harness import claim_held_by_another_thread
 from tests.factories import FIXTURES, TABLE, insert, insert_at, park, raw_sql
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -257,3 +258,16 @@ def test_a_moved_row_is_found_in_its_new_queue_only() -> None:
     assert moved is not None
     assert found("moving") == []
     assert found("moving", "elsewhere") == [moved]
+
+
+@pytest.mark.skipif(connection.vendor == "sqlite", reason="row locks need a server")
+def test_a_row_a_drain_holds_is_found_without_waiting_for_its_handler() -> None:
+    held_key, free_key = park("held words", "free words")
+    with claim_held_by_another_thread("q") as held:
+        assert held == held_key
+        assert found("words") == [held_key, free_key]
+        # Had the indexer waited for the claim, the claim would have timed out and
+        # the row been indexed: it is passed over instead, and the search checked it.
+        assert pending_count() == 1
+    assert found("held") == [held_key]
+    assert pending_count() == 0

@@ -17,6 +17,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Iterator
+from typing import Any
 
 from django.db import transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -99,8 +100,9 @@ def index_pending(
 
 
 def _index_batch(connection: BaseDatabaseWrapper, rows: list[tuple], clear: str) -> int:
-    """Index the first rows of `rows` (all of them unless the batch runs out of
-    time); how many."""
+    """Index the first rows of `rows` (all of them unless the batch is full first);
+    how many of them it went through (a row another transaction holds is passed
+    over, still pending)."""
     postings: list[tuple[bytes, str]] = []
     settled: list[tuple[str | None, bytes, bytes]] = []
     started = time.monotonic()
@@ -114,11 +116,37 @@ def _index_batch(connection: BaseDatabaseWrapper, rows: list[tuple], clear: str)
         settled.append((cause, key, value))
         if len(postings) >= _BATCH_POSTINGS or time.monotonic() - started >= _BATCH_SECONDS:
             break
+    taken = len(settled)
     postings.sort(key=lambda posting: (posting[1], posting[0]))  # the index's order
     with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
+        held = _held_elsewhere(connection, cursor, [key for _, key, _ in settled])
+        if held:
+            postings = [p for p in postings if p[0] not in held]
+            settled = [row for row in settled if row[1] not in held]
         sql.insert_new(connection, cursor, _terms_table(), ("key", "term"), postings)
         cursor.executemany(clear, settled)
-    return len(settled)
+    return taken
+
+
+def _held_elsewhere(
+    connection: BaseDatabaseWrapper, cursor: Any, row_keys: list[bytes]
+) -> set[bytes]:
+    """On a server, lock the rows about to be marked indexed, skipping those another
+    transaction holds (a drain's claim while its handler runs): those stay pending,
+    and a search checks them itself (`lookup`), so it neither waits for a handler
+    nor misses them. SQLite's write lock is the whole file's: nothing to skip."""
+    if not row_keys or not sql.can_skip_locked(connection):
+        return set()
+    marks = ", ".join(["%s"] * len(row_keys))
+    cursor.execute(
+        sql.statement(
+            connection,
+            "SELECT {key} FROM {table} WHERE {key} IN ({marks}) FOR UPDATE SKIP LOCKED",
+            marks=marks,
+        ),
+        row_keys,
+    )
+    return set(row_keys) - {bytes(k) for (k,) in cursor.fetchall()}
 
 
 def _messages(value: bytes) -> list[Message]:
@@ -127,6 +155,26 @@ def _messages(value: bytes) -> list[Message]:
     with contextlib.suppress(codec.CodecError):
         return codec.decode(value)
     return []
+
+
+def pending_rows(
+    connection: BaseDatabaseWrapper | None = None,
+    *,
+    low: bytes = b"",
+    high: bytes | None = None,
+    limit: int = BATCH,
+) -> list[tuple[Any, ...]]:
+    """The rows of `[low, high)` still pending after `index_pending` (held by a
+    drain, or written meanwhile): `(key, value, signature)`, oldest first."""
+    connection = connection or sql.connection()
+    where, bounds = _range(low, high)
+    query = sql.statement(
+        connection,
+        "SELECT {key}, value, signature FROM {table} WHERE search_pending = 1 AND "
+        + where
+        + " ORDER BY search_pending, {key} LIMIT %s",
+    )
+    return sql.read(connection, query, (*bounds, limit))
 
 
 def pending_count(connection: BaseDatabaseWrapper | None = None) -> int:

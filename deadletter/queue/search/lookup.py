@@ -125,6 +125,16 @@ class _Walk:
         return sql.read(self.connection, statement, values)
 
 
+def _checked(query: Query, rows: list[tuple[Any, ...]]) -> Iterator[tuple[bytes, bytes]]:
+    """The `(key, value)` of the candidate rows `(key, value, signature)` the query
+    itself says match."""
+    for raw_key, value, signature in rows:
+        key = bytes(raw_key)
+        msgs = _messages(value) if query.reads_messages else None
+        if query.matches(key, msgs, signature):
+            yield key, bytes(value or b"")
+
+
 def _messages(value: Any) -> list[Message] | None:
     with contextlib.suppress(codec.CodecError):
         return codec.decode(bytes(value or b""))
@@ -174,17 +184,24 @@ def iter_matching_rows(
     if bounds is None:
         return
     index.index_pending(connection, low=bounds[0], high=bounds[1])
+    # What is still pending (a row a drain holds, one parked since) is checked here.
+    left = index.pending_rows(connection, low=bounds[0], high=bounds[1])
+    unindexed = {bytes(row[0]) for row in left}
+    extra = list(_checked(query, left))
+    extra.sort(key=lambda found: found[0], reverse=descending)
     walk = _Walk(connection, query, bounds)
     low, high = bounds
     size = max(1, first_batch)
     while True:
         rows = walk.batch(low, high, descending, size)
-        for raw_key, value, signature in rows:
-            key = bytes(raw_key)
-            msgs = _messages(value) if query.reads_messages else None
-            if query.matches(key, msgs, signature):
-                yield key, bytes(value or b"")
+        for key, value in _checked(query, rows):
+            if key in unindexed:
+                continue
+            while extra and (extra[0][0] > key if descending else extra[0][0] < key):
+                yield extra.pop(0)
+            yield key, value
         if len(rows) < size:
+            yield from extra
             return
         size = min(size * 2, _MAX_BATCH)
         last = bytes(rows[-1][0])
