@@ -156,8 +156,9 @@ class QueuedMessage(models.Model):
     key = HexKeyField(primary_key=True, max_length=KEY_BYTES)
     value = models.BinaryField()
     # The cause of the last failed delivery (`causes.signature_of(LastError)`),
-    # written by the drain in the statement that records the attempt; NULL for a
-    # row never drained and for rows the Go program wrote. Not part of the Go
+    # written by the drain in the statement that records the attempt, and by a
+    # park (or the search's indexer) for a message carrying a LastError; NULL for
+    # a row with no failure recorded and for rows the Go program wrote. Not part of the Go
     # program's table: the kv import and export move only key and value.
     signature = ExactTextField(  # NULL: no failure recorded, not ""
         max_length=200, null=True, blank=True, editable=False
@@ -362,3 +363,14 @@ __all__ = [
     "Redrive",
     "SearchTerm",
 ]
+
+
+class QueueOverview(QueuedMessage):
+    """The queue overview's entry in the admin's index and sidebar: no table of its
+    own (a proxy), an admin that only sends its viewers to the overview."""
+
+    class Meta:
+        proxy = True
+        verbose_name = "queue overview"
+        verbose_name_plural = "queue overview"
+        default_permissions = ()

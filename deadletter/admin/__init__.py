@@ -32,7 +32,7 @@ from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
 from deadletter import drain
-from deadletter.admin import bulk, overview, redrives, rows, searching
+from deadletter.admin import bulk, overview, overview_entry, redrives, rows, searching  # noqa: F401
 from deadletter.admin.changelist import CauseFilter, KeysetChangeList, QueueFilter
 from deadletter.conf import conf
 from deadletter.models import HexKey, QueuedMessage
@@ -254,6 +254,7 @@ class QueuedMessageAdmin(admin.ModelAdmin):
             "select_across": select_across,
             "selected": request.POST.getlist(helpers.ACTION_CHECKBOX_NAME),
             "chosen": len(request.POST.getlist(helpers.ACTION_CHECKBOX_NAME)),
+            "matching": bulk.matching(queryset) if select_across else None,
             "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
             "form_url": request.get_full_path(),
         }

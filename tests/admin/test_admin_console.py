@@ -110,10 +110,6 @@ def test_a_site_s_own_key_is_shown_by_its_name(admin_client) -> None:
 # --- bulk delete and purge --------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="delete_selected's context passes matching=bulk.matching(queryset) (admin/__init__.py)",
-)
 def test_delete_all_matching_says_how_many_it_deletes(admin_client) -> None:
     for i in range(60):
         store_failed_msgs("q", Message(subject=f"d{i}"))
@@ -146,10 +142,6 @@ def test_purge_confirms_in_django_s_destructive_style(admin_client) -> None:
 # --- the admin index --------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the admin index has no hook for an app's links (see the report: admin/__init__.py)",
-)
 def test_the_queue_overview_is_linked_from_the_admin_index(admin_client) -> None:
     index = open_page(admin_client, "/admin/")
     assert open_page(admin_client, index.link("Queue overview")).url == OVERVIEW
