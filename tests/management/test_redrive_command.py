@@ -221,6 +221,7 @@ KILL_RUNS = 20
 PER_RUN = 15
 
 
+@pytest.mark.loops
 @pytest.mark.parametrize("destination", [None, "other"])
 def test_killed_at_random_points_and_resumed_nothing_is_lost_or_moved_twice(
     subprocess_env: dict[str, str], tmp_path: Path, operator: User, destination: str | None
