@@ -105,5 +105,5 @@ def test_without_the_permission_the_list_has_no_redrive_link(
     park("a", queue="webhooks")
     harness.log_in(page, "viewer", "pw")
     open_queue(page, "webhooks")
-    expect(page.get_by_role("link", name="Queue overview")).to_be_visible()
+    expect(page.locator("#content").get_by_role("link", name="Queue overview")).to_be_visible()
     expect(page.get_by_role("link", name="Redrive matching…")).to_have_count(0)
