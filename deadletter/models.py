@@ -9,8 +9,9 @@ them; the hot paths (store, dequeue, a scan's pages) stay raw SQL in `store/sql.
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ValidationError
 from django.db import models
@@ -95,6 +96,40 @@ class ExactTextField(models.CharField):
             mariadb = getattr(connection, "mysql_is_mariadb", False)
             params["collation"] = "utf8mb4_nopad_bin" if mariadb else "utf8mb4_0900_bin"
         return params
+
+
+if TYPE_CHECKING:  # django-stubs: what the field takes and what it gives
+    _StepsBase = models.CharField[Sequence[int] | str, list[int]]
+else:
+    _StepsBase = models.CharField
+
+
+class StepsField(_StepsBase):
+    """A list of whole numbers (a redrive's ramp, `[1, 5, 20]`) kept as the text
+    `1,5,20`. Django's `JSONField` would have `manage.py check` ask each database
+    whether it holds JSON, connecting to databases a check should not touch."""
+
+    def from_db_value(self, value: Any, expression: Any, connection: Any) -> list[int]:
+        return self.to_python(value)
+
+    def to_python(self, value: Any) -> list[int]:
+        if value is None or value == "":
+            return []
+        if isinstance(value, str):
+            try:
+                return [int(part) for part in value.split(",")]
+            except ValueError as exc:
+                raise ValidationError(f"not a list of whole numbers: {value!r}") from exc
+        return [int(part) for part in value]
+
+    def get_prep_value(self, value: Any) -> Any:
+        if isinstance(value, list | tuple):
+            return ",".join(str(int(part)) for part in value)
+        return super().get_prep_value(value)
+
+    def value_to_string(self, obj: models.Model) -> str:
+        steps: list[int] = self.to_python(self.value_from_object(obj))
+        return ",".join(map(str, steps))
 
 
 class NotNullIndex(models.Index):
@@ -268,7 +303,7 @@ class Redrive(models.Model):
     before = models.DateTimeField(null=True, blank=True)
     destination = ExactTextField(max_length=keys.MAX_QUEUE_NAME_BYTES, null=True, blank=True)
     rate = models.FloatField(null=True, blank=True)
-    ramp = models.JSONField(default=list, blank=True)
+    ramp = StepsField(max_length=200, default=list, blank=True)
     stop_after = models.FloatField(null=True, blank=True)
     ignore_backoff = models.BooleanField(default=False)
     concurrency = models.PositiveIntegerField(default=1)
@@ -362,6 +397,7 @@ __all__ = [
     "QueuePass",
     "Redrive",
     "SearchTerm",
+    "StepsField",
 ]
 
 

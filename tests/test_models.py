@@ -4,7 +4,7 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.db import connection
 
-from deadletter.models import HexKeyField, QueuedMessage
+from deadletter.models import HexKeyField, QueuedMessage, StepsField
 from deadletter.wire import keys
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -104,3 +104,10 @@ def test_the_key_field_takes_key_text_in_either_case_up_to_the_limit() -> None:
     longest = "Ab" * keys.MAX_ADDRESSABLE_KEY_BYTES
     assert keys.from_text(longest) == bytes([0xAB]) * keys.MAX_ADDRESSABLE_KEY_BYTES
     assert HexKeyField().to_python(longest) == keys.from_text(longest)
+
+
+def test_a_redrives_ramp_is_a_list_of_steps_kept_as_text() -> None:
+    field = StepsField(max_length=200)
+    assert field.get_prep_value([1, 5, 20]) == "1,5,20"
+    assert field.to_python("1,5,20") == [1, 5, 20]
+    assert field.to_python("") == []

@@ -42,7 +42,7 @@ class Migration(migrations.Migration):
                     deadletter.models.ExactTextField(blank=True, max_length=255, null=True),
                 ),
                 ("rate", models.FloatField(blank=True, null=True)),
-                ("ramp", models.JSONField(blank=True, default=list)),
+                ("ramp", deadletter.models.StepsField(blank=True, default=list, max_length=200)),
                 ("stop_after", models.FloatField(blank=True, null=True)),
                 ("ignore_backoff", models.BooleanField(default=False)),
                 ("concurrency", models.PositiveIntegerField(default=1)),
