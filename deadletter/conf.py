@@ -18,11 +18,13 @@ from django.core.signals import setting_changed
 from django.db import DEFAULT_DB_ALIAS
 
 DEFAULT_MAX_QUEUE_AGE = timedelta(days=30)
+DEFAULT_ARCHIVE_FOR = timedelta(days=30)
 # Scope -> DRF rate; a project's DEADLETTER_API_THROTTLE_RATES updates these.
 DEFAULT_API_THROTTLE_RATES: dict[str, str | None] = {"failed_auth": "30/min", "user": None}
 
 _DEFAULTS: dict[str, Any] = {
     "MAX_QUEUE_AGE": DEFAULT_MAX_QUEUE_AGE,
+    "ARCHIVE_FOR": DEFAULT_ARCHIVE_FOR,
     "DATABASE": DEFAULT_DB_ALIAS,
     "HANDLERS": {},
     "MAX_ATTEMPTS": None,
@@ -73,6 +75,12 @@ class Settings:
     def MAX_QUEUE_AGE(self) -> timedelta:
         """How long a message is retried before fetch drops it (from its `queued_at`)."""
         return _read("MAX_QUEUE_AGE")
+
+    @property
+    def ARCHIVE_FOR(self) -> timedelta | None:
+        """How long the archive keeps what left a queue other than by delivery, for
+        queues whose policy says nothing; None: for ever; `timedelta(0)`: no archive."""
+        return _read("ARCHIVE_FOR")
 
     @property
     def DATABASE(self) -> str:

@@ -1,0 +1,159 @@
+"""The archive: what leaves a queue other than by delivery lands in it with its
+reason and actor, bytes and key unchanged, and a restore puts it back in its place."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from deadletter.models import ArchivedMessage, Attempt
+from deadletter.queue import Removal, archive
+from deadletter.queue.archive import ArchiveError
+from deadletter.wire import codec
+from deadletter.wire.gotime import GoTime
+from deadletter.wire.messages import Message
+from tests.factories import insert, insert_at, park, parked, table_rows
+
+pytestmark = pytest.mark.django_db
+
+
+def test_discard_archives_the_row_as_deleted_by_its_actor() -> None:
+    (key,) = park("one", extra={"LastError": "ConnectionError: timeout after 30 s"})
+    value = dict(table_rows())[key]
+    assert archive.discard(key, "alice") is Removal.REMOVED
+    assert table_rows() == []
+    entry = archive.get_archived(key)
+    assert entry is not None
+    assert (entry.key, entry.queue, entry.reason, entry.actor) == (key, "q", "deleted", "alice")
+    assert entry.value == value
+    assert entry.msg is not None and entry.msg.subject == "one"
+    assert entry.last_error == "ConnectionError: timeout after 30 s"
+    assert ArchivedMessage.objects.get().signature == "ConnectionError: timeout after # s"
+    assert archive.get_entry(entry.id) == entry
+
+
+def test_discard_of_a_missing_row_archives_nothing() -> None:
+    assert archive.discard(b"q\x00" + bytes(16), "alice") is Removal.ABSENT
+    assert not ArchivedMessage.objects.exists()
+
+
+def test_discard_of_a_message_whose_seal_broke_archives_it_as_unsealed() -> None:
+    from deadletter.drain.outcomes import held_error
+    from deadletter.exceptions import NeedsOperator
+    from deadletter.queue.seals import Seal
+
+    seal = Seal("tests", "TestSeal", ("Task",))
+    with pytest.raises(NeedsOperator) as raised:
+        seal.require({"Task": "x", "TestSeal": "forged"}, "nothing run")
+    error = held_error(raised.value)
+    assert error.startswith(archive.UNSEALED_MARK)
+    (key,) = park("sealed", extra={"LastError": error})
+    assert archive.discard(key, "bob") is Removal.REMOVED
+    entry = archive.get_archived(key)
+    assert entry is not None and (entry.reason, entry.actor) == ("unsealed", "bob")
+
+
+def test_discard_many_archives_a_chunk_in_one_go() -> None:
+    keys = park("a", "b", "c")
+    assert archive.discard_many([keys[0], keys[2], keys[0]], "carol") == 2
+    assert parked() == ["b"]
+    assert [(e.key, e.reason, e.actor) for e in archive.archived_msgs("q")] == [
+        (keys[0], "deleted", "carol"),
+        (keys[2], "deleted", "carol"),
+    ]
+
+
+def test_archived_msgs_is_oldest_first_by_queue_and_in_pages(monkeypatch) -> None:
+    monkeypatch.setattr(archive, "PAGE", 2)
+    keys = park("a", "b", "c", "d", "e")
+    other = park("x", queue="other")
+    for key in [*keys[:3], *other, *keys[3:]]:
+        archive.discard(key, "dave")
+    assert [e.msg.subject for e in archive.archived_msgs("q") if e.msg] == list("abcde")
+    assert [e.key for e in archive.archived_msgs()] == [*keys[:3], *other, *keys[3:]]
+
+
+def test_a_corrupt_row_is_archived_with_its_bytes_and_no_message() -> None:
+    key = b"q\x00" + bytes(15) + b"\x01"
+    insert(key, b"corrupted cbor data")
+    assert archive.discard(key, "erin") is Removal.REMOVED
+    entry = archive.get_archived(key)
+    assert entry is not None
+    assert (entry.msg, entry.value, entry.last_error) == (None, b"corrupted cbor data", "")
+
+
+def test_restore_puts_the_message_back_under_its_key_in_its_place() -> None:
+    now = GoTime.now().unix_ns
+    first, middle, last = (
+        insert_at("q", now + i, 1, Message(subject=s, queued_at=GoTime(now)))
+        for i, s in enumerate(["first", "middle", "last"])
+    )
+    value = dict(table_rows())[middle]
+    archive.discard(middle, "frank")
+    assert parked() == ["first", "last"]
+    assert archive.restore_msg(middle) == middle
+    assert parked() == ["first", "middle", "last"]
+    assert dict(table_rows())[middle] == value
+    assert archive.get_archived(middle) is None
+    assert not ArchivedMessage.objects.exists()
+    assert {first, last} < {k for k, _ in table_rows()}
+
+
+def test_restore_keeps_attempts_and_last_error_in_the_bytes() -> None:
+    (key,) = park("tried", extra={"Attempts": 3, "LastError": "ValueError: bad"})
+    archive.discard(key, "gina")
+    archive.restore_msg(key)
+    (item,) = archive_free_fetch()
+    assert (item.attempts, item.last_error) == (3, "ValueError: bad")
+
+
+def archive_free_fetch() -> list:
+    from deadletter.queue import fetch_failed_msgs
+
+    return fetch_failed_msgs("q")
+
+
+def test_restore_when_the_key_is_taken_goes_to_the_tail_under_a_fresh_key(caplog) -> None:
+    (key,) = park("original")
+    Attempt.objects.create(key=key, at=GoTime.now(), outcome="failed", error="E: one")
+    archive.discard(key, "hal")
+    insert(key, codec.encode_one(Message(subject="edited", queued_at=GoTime.now())))
+    park("later")
+    entry = archive.get_archived(key)
+    assert entry is not None
+    with caplog.at_level(logging.WARNING, logger="deadletter"):
+        restored = archive.restore(entry.id, actor="hal")
+    assert restored.moved and restored.key != key and restored.key > key
+    assert parked() == ["edited", "later", "original"]
+    assert list(Attempt.objects.filter(key=restored.key).values_list("error", flat=True)) == [
+        "E: one"
+    ]
+    assert Attempt.objects.filter(key=key).count() == 1  # the live row keeps its own
+    with pytest.raises(ArchiveError):
+        archive.restore(entry.id, actor="hal")
+
+
+def test_restore_msg_warns_when_the_key_was_taken(caplog) -> None:
+    (key,) = park("original")
+    archive.discard(key, "ivy")
+    insert(key, codec.encode_one(Message(subject="edited", queued_at=GoTime.now())))
+    with caplog.at_level(logging.WARNING, logger="deadletter"):
+        live = archive.restore_msg(key)
+    assert live != key
+    assert "its own was taken" in caplog.text
+
+
+def test_restore_msg_of_a_key_never_archived_is_an_archive_error() -> None:
+    with pytest.raises(ArchiveError, match="no archived message"):
+        archive.restore_msg(b"q\x00" + bytes(16))
+
+
+def test_the_newest_entry_of_a_key_is_the_one_restored() -> None:
+    (key,) = park("v1")
+    archive.discard(key, "jo")
+    archive.restore_msg(key)
+    archive.discard(key, "kim")
+    entries = list(archive.archived_msgs())
+    assert [e.actor for e in entries] == ["kim"]
+    assert archive.get_archived(key) == entries[0]
