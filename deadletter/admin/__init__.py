@@ -32,7 +32,15 @@ from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
 from deadletter import drain
-from deadletter.admin import bulk, overview, overview_entry, redrives, rows, searching  # noqa: F401
+from deadletter.admin import (  # noqa: F401
+    bulk,
+    edits,
+    overview,
+    overview_entry,
+    redrives,
+    rows,
+    searching,
+)
 from deadletter.admin.changelist import CauseFilter, KeysetChangeList, QueueFilter
 from deadletter.conf import conf
 from deadletter.models import HexKey, QueuedMessage
@@ -112,6 +120,11 @@ class QueuedMessageAdmin(admin.ModelAdmin):
                 wrap(require_POST(self.retry_view)),
                 name="deadletter_queuedmessage_retry",
             ),
+            path(
+                "<path:object_id>/edit/",
+                wrap(self.edit_view),
+                name="deadletter_queuedmessage_edit",
+            ),
             *super().get_urls(),
         ]
 
@@ -131,6 +144,7 @@ class QueuedMessageAdmin(admin.ModelAdmin):
     ) -> Any:
         context = {
             "has_drain_permission": self.has_drain_permission(request),
+            "can_edit": edits.can_edit_text(request, object_id),
             **(extra_context or {}),
         }
         return super().change_view(request, object_id, form_url, context)
@@ -201,6 +215,22 @@ class QueuedMessageAdmin(admin.ModelAdmin):
         else:
             url = reverse("admin:deadletter_queuedmessage_changelist")
         return HttpResponseRedirect(add_preserved_filters(context, url))
+
+    @drain.outside_request_transactions
+    def edit_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """The message page's "Edit" (`edits`); "Save and retry now" as Retry now."""
+        return edits.edit_page(self, request, object_id, self._retry_edited)
+
+    def _retry_edited(self, request: HttpRequest, key: bytes) -> None:
+        try:
+            deadline = time.monotonic() + conf.ADMIN_TIME_BUDGET
+            report = drain.redeliver(
+                [key], deadline=deadline, on_outcome=self._logger_of_retries(request)
+            )
+        except (drain.DrainConfigError, drain.DrainLocked) as exc:
+            self.message_user(request, str(exc), messages.ERROR)
+        else:
+            self.message_user(request, retried_text(report), retried_level(report))
 
     # -- actions
 

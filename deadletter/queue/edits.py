@@ -1,0 +1,293 @@
+"""Edit a parked message in place: one transaction that checks the row is still
+the one the operator opened (its ETag), archives the original as `edited` and
+writes the new value under the same key, so the queue never holds both copies.
+
+Opt-in per queue (`limits.editable`). What the drain and the integrations own
+stays as it is: the first failure (`QueuedAt`, which anchors the age limit), the
+attempt count and last error, and every key an integration seals
+(`seals.reserved()`): an edit that changes one is refused.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import cbor2
+from django.apps import apps
+from django.db import DatabaseError, transaction
+
+from deadletter.conf import conf
+from deadletter.exceptions import DeadletterError
+from deadletter.models import ArchivedMessage, HexKey, QueuedMessage
+from deadletter.queue import archive, limits, seals
+from deadletter.queue.causes import signature_of
+from deadletter.queue.rows import ATTEMPTS_KEY, LAST_ERROR_KEY, QueueingError
+from deadletter.store import sql
+from deadletter.wire import codec, jsonvalues, keys
+from deadletter.wire.gotime import GoOnlyTime, GoTime
+from deadletter.wire.messages import Message
+
+__all__ = [
+    "DRAIN_KEYS",
+    "SHOWN_CHARS",
+    "Change",
+    "EditConflict",
+    "EditRefused",
+    "Edited",
+    "audit",
+    "edit_msg",
+    "editable_message",
+    "etag_of",
+    "fixed_keys",
+    "shown",
+]
+
+logger = logging.getLogger("deadletter")
+
+DRAIN_KEYS = (ATTEMPTS_KEY, LAST_ERROR_KEY)
+"""Extra keys the drain keeps (the attempt count, the last error): not edited."""
+SHOWN_CHARS = 200
+"""How much of an old or new value the audit log keeps."""
+_ETAG_CHARS = 32
+CHANGE_FLAG = 2
+"""`django.contrib.admin.models.CHANGE`, the flag `ModelAdmin.log_change` writes."""
+
+
+class EditConflict(DeadletterError):
+    """The row is gone or no longer what the editor opened (another edit, a retry,
+    a delivery came first); nothing was written. The text says which."""
+
+
+class EditRefused(DeadletterError, ValueError):
+    """An edit the rules do not allow (a queue not editable, a kept or sealed key
+    changed, a value the Go format cannot hold); nothing was written. `field`
+    names what is at fault when one field is."""
+
+    def __init__(self, text: str, field: str | None = None) -> None:
+        super().__init__(text)
+        self.field = field
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Change:
+    """One field an edit changed: `name` is the API's (`subject`, `username`, ...,
+    `extra.<key>`); `old` / `new` are None for a key added / removed."""
+
+    name: str
+    old: Any
+    new: Any
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Edited:
+    """An edit that was saved: the row's key (unchanged), its new ETag and message,
+    and what changed."""
+
+    key: bytes
+    etag: str
+    msg: Message
+    changes: tuple[Change, ...]
+
+
+def etag_of(value: bytes) -> str:
+    """A strong ETag of a row's stored bytes: any change to them changes it."""
+    return hashlib.sha256(bytes(value)).hexdigest()[:_ETAG_CHARS]
+
+
+def fixed_keys() -> dict[str, str]:
+    """The extra keys no edit changes, each with why, as the form says it."""
+    why = dict.fromkeys(DRAIN_KEYS, "kept by the drain (attempt count and last error)")
+    for name, owner in seals.reserved().items():
+        why[name] = (
+            f"set by {owner}, which seals it: a changed value would break the seal "
+            "and its handler would refuse the message"
+        )
+    return why
+
+
+def editable_message(value: bytes) -> Message:
+    """The one message of a row's value; `EditRefused` for a row that is corrupt,
+    empty or holds several (the next fetch splits those first)."""
+    try:
+        msgs = codec.decode(bytes(value))
+    except codec.CodecError as exc:
+        raise EditRefused(f"the row does not decode ({exc}): only delete it") from None
+    if len(msgs) != 1:
+        raise EditRefused(
+            f"the row holds {len(msgs)} messages: a fetch splits it into one row each first"
+        )
+    return msgs[0]
+
+
+def edit_msg(key: bytes, msg: Message, *, expected: str, actor: str) -> Edited:
+    """Replace the message of row `key` with `msg`, if the row's bytes still have
+    ETag `expected`: in one transaction the row is read locked, its original
+    archived as `edited` (by `actor`) and the new value written under the same
+    key, due now (an edit that changes nothing writes nothing).
+
+    Raises `EditConflict` when the row is gone or changed; `EditRefused` when the
+    queue is not editable, `msg` changes a kept key, or its value cannot be
+    stored as Go writes it; `QueueingError` when the database fails. Nothing is
+    written in any of these cases.
+    """
+    key = bytes(key)
+    queue = keys.queue_of(key)
+    if keys.is_legacy_key(key):
+        raise EditRefused("a legacy aggregate row: a fetch splits it into one row each first")
+    if not limits.editable(queue):
+        raise EditRefused(f"queue {queue!r} is not editable: its policy has no 'editable': True")
+    connection = sql.connection()
+    try:
+        with transaction.atomic(using=connection.alias):
+            old_value = _locked_value(key)
+            if etag_of(old_value) != expected:
+                raise EditConflict(
+                    "the message changed since the form was opened (another edit, a retry "
+                    "or a drain came first); nothing was saved: open it again"
+                )
+            old = editable_message(old_value)
+            changes = tuple(changes_of(old, msg))
+            _refuse_fixed(changes)
+            if not changes:
+                return Edited(key, expected, old, ())
+            msg = msg.replace(queued_at=old.queued_at)
+            value = _encoded(msg)
+            archive.archive_rows(
+                connection, queue, [(key, old_value)], ArchivedMessage.Reason.EDITED, actor
+            )
+            sql.write(
+                connection,
+                sql.statement(
+                    connection,
+                    "UPDATE {table} SET value = %s, signature = %s, due_at = NULL,"
+                    " search_pending = 1 WHERE {key} = %s",
+                ),
+                (value, signature_of(msg.extra.get(LAST_ERROR_KEY)), key),
+            )
+    except DatabaseError as exc:
+        logger.exception("edit failed key=%s", key.hex())
+        raise QueueingError("the edit failed in the database; nothing was saved") from exc
+    logger.info("edited message queue=%s key=%s actor=%s", queue, key.hex(), actor)
+    return Edited(key, etag_of(value), msg, changes)
+
+
+def _locked_value(key: bytes) -> bytes:
+    """The row's bytes, locked until the commit: SQLite's write lock, a row lock
+    elsewhere that never waits for a drain's handler (a row a drain holds is a
+    conflict: its attempt is about to change it)."""
+    connection = sql.connection()
+    with connection.cursor() as cursor:
+        sql.take_write_lock(connection, cursor, sql.table())
+    rows = QueuedMessage.objects.using(conf.DATABASE)
+    row = rows.locked_row(key, lock=sql.can_skip_locked(connection))
+    if row is not None:
+        return row[1]
+    if rows.filter(key=key).exists():
+        raise EditConflict(
+            "a drain or another edit holds the message right now; nothing was saved: "
+            "try again in a moment"
+        )
+    raise EditConflict("the message is gone (delivered, deleted or dropped); nothing was saved")
+
+
+def _refuse_fixed(changes: tuple[Change, ...]) -> None:
+    fixed = fixed_keys()
+    for change in changes:
+        if change.name == "queued_at":
+            raise EditRefused("the first failure is kept: it anchors the age limit", "queued_at")
+        name = change.name.removeprefix("extra.")
+        if change.name.startswith("extra.") and name in fixed:
+            raise EditRefused(f"{name!r} is not editable: {fixed[name]}", change.name)
+
+
+def _encoded(msg: Message) -> bytes:
+    try:
+        value = codec.encode_one(msg)
+    except (codec.CodecError, TypeError, ValueError, OverflowError) as exc:
+        text = str(exc)
+        raise EditRefused(
+            f"the Go format cannot hold it: {text}", "code" if "Code" in text else None
+        ) from None
+    if len(value) > conf.MAX_ROW_BYTES:
+        raise EditRefused(
+            f"the message would be {len(value):,} bytes stored, over "
+            f"DEADLETTER_MAX_ROW_BYTES ({conf.MAX_ROW_BYTES:,})"
+        )
+    return value
+
+
+_FIELDS = (
+    ("subject", "subject"),
+    ("username", "username"),
+    ("code", "code"),
+    ("timestamp", "timestamp"),
+    ("queued_at", "queued_at"),
+    ("descriptions", "descriptions"),
+    ("fields", "fields"),
+    ("skip_recipients", "skip_recipients"),
+)
+
+
+def changes_of(old: Message, new: Message) -> Iterator[Change]:
+    """What differs between two messages, field by field then key by key, compared
+    as stored (an offset or a float's width counts, `1` is not `1.0`)."""
+    for name, attribute in _FIELDS:
+        before, after = getattr(old, attribute), getattr(new, attribute)
+        if not _same(before, after):
+            yield Change(name, before, after)
+    for name in dict.fromkeys([*old.extra, *new.extra]):
+        before, after = old.extra.get(name, _MISSING), new.extra.get(name, _MISSING)
+        if not _same(before, after):
+            yield Change(
+                f"extra.{name}",
+                None if before is _MISSING else before,
+                None if after is _MISSING else after,
+            )
+
+
+_MISSING = object()
+
+
+def _same(a: Any, b: Any) -> bool:
+    if a is _MISSING or b is _MISSING:
+        return a is b
+    if isinstance(a, GoTime | GoOnlyTime) or isinstance(b, GoTime | GoOnlyTime):
+        return type(a) is type(b) and a.format() == b.format()
+    try:
+        return bool(cbor2.dumps(a, canonical=True) == cbor2.dumps(b, canonical=True))
+    except (cbor2.CBOREncodeError, TypeError, ValueError):
+        return bool(a == b)
+
+
+def shown(value: Any, limit: int = SHOWN_CHARS) -> str:
+    """A value as the audit log keeps it: times as Go's text, the rest as JSON
+    (`jsonvalues`' form), cut to `limit` characters."""
+    if value is None:
+        text = "null"
+    elif isinstance(value, GoTime | GoOnlyTime):
+        text = value.format()
+    else:
+        text = json.dumps(jsonvalues.to_json(value), ensure_ascii=False)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def audit(user: Any, edited: Edited, *, note: str = "") -> None:
+    """A `LogEntry` naming `user` on the message, in its admin History: each
+    changed field with its old and new value (cut). Nothing without the admin
+    app or a user."""
+    if user is None or not apps.is_installed("django.contrib.admin"):
+        return
+    parts = [f"{c.name}: {shown(c.old)} → {shown(c.new)}" for c in edited.changes]
+    text = "Edited: " + ("; ".join(parts) or "nothing changed") + note
+    log_entry: Any = apps.get_model("admin", "LogEntry")
+    log_entry.objects.log_actions(
+        user_id=user.pk,
+        queryset=[QueuedMessage(key=HexKey(edited.key))],
+        action_flag=CHANGE_FLAG,
+        change_message=text,
+    )
