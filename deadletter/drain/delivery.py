@@ -38,6 +38,7 @@ from deadletter import queue
 from deadletter.drain.concurrency import MAX_CONCURRENCY, Lanes
 from deadletter.drain.errors import DrainAborted, DrainConfigError
 from deadletter.drain.handlers import Handler, Loaded
+from deadletter.drain.inflight import Journal, journal
 from deadletter.drain.outcomes import deliver
 from deadletter.drain.report import DrainReport, Outcome
 from deadletter.drain.timeouts import HungHandlers, TimeLimit, call_within
@@ -108,7 +109,8 @@ class Delivery:
     `ClaimTransactions`; `on_outcome` runs there), unless `autocommit_between`.
     With `concurrency` above 1 up to that many messages are in hand at once
     (`_hand_over_together`); `on_outcome` and `on_drop` are still called one at a
-    time.
+    time. `actor` is who the failed attempts are recorded as (`queue.history`);
+    each handler in hand is journaled (`inflight`), so a kill of the process counts.
     """
 
     handlers: Mapping[str, Loaded]
@@ -123,7 +125,9 @@ class Delivery:
     orphaned: Callable[[], bool] | None = None
     autocommit_between: bool = False
     concurrency: int = 1
+    actor: str = "drain"
     claims: bool = dataclasses.field(init=False)
+    journal: Journal | None = dataclasses.field(init=False)
     _failures_in_row: dict[str, int] = dataclasses.field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -132,6 +136,7 @@ class Delivery:
                 f"concurrency must be from 1 to {MAX_CONCURRENCY}, got {self.concurrency}"
             )
         self.claims = queue_claims.can_claim_rows()
+        self.journal = journal()
 
     def hand_over(self, take: Take, name: str | None = None) -> queue.Queued | None:
         """Hand over what `take` gives, each message to its queue's handler, until it
@@ -169,6 +174,8 @@ class Delivery:
                             claimed=claimed,
                             timeout=seconds,
                             policy=loaded.policy,
+                            actor=self.actor,
+                            journal=self.journal,
                         )
                 except HungHandlers:
                     self.budget.give_back()
@@ -254,7 +261,9 @@ class Delivery:
         if item is None or item is SKIPPED or self.stop.is_set():
             return job
         handler = self.handlers[name or keys.queue_of(item.key)].handler
-        lanes.submit(lambda lane: _call(job, handler, seconds, done), busy=busy)
+        lanes.submit(
+            lambda lane: _call(job, handler, seconds, done, self.journal, self.actor), busy=busy
+        )
         job.started.wait()
         return job
 
@@ -288,6 +297,8 @@ class Delivery:
                     claimed=True,
                     timeout=seconds,
                     policy=loaded.policy,
+                    actor=self.actor,
+                    journal=self.journal,
                 )
         except BaseException as exc:  # for the caller's thread, which raises it
             job.raised = exc
@@ -307,7 +318,9 @@ class Delivery:
         else:
             try:
                 policy = self.handlers[name or keys.queue_of(item.key)].policy
-                outcome = deliver(item, job.replay, policy=policy)
+                outcome = deliver(
+                    item, job.replay, policy=policy, actor=self.actor, replayed=job.ran
+                )
             except DrainAborted:
                 raise
             except BaseException as exc:  # the handler's own (SystemExit), or the database's
@@ -388,6 +401,8 @@ class _Job:
     outcome: Outcome | None = None
     returned: object = None
     raised: BaseException | None = None
+    ran: float = 0.0
+    """How long its handler ran, in seconds (a lane's, replayed on SQLite)."""
 
     def end(self, done: queues.SimpleQueue[_Job]) -> None:
         """The lane is done with it: to the caller's done queue when its handler began,
@@ -420,12 +435,20 @@ class _Starting:
 
 
 def _call(
-    job: _Job, handler: Handler, seconds: float | None, done: queues.SimpleQueue[_Job]
+    job: _Job,
+    handler: Handler,
+    seconds: float | None,
+    done: queues.SimpleQueue[_Job],
+    journal: Journal | None,
+    actor: str,
 ) -> None:
-    """In a lane, on SQLite: only the handler's call (under its time limit); what it
-    returned or raised goes back to the caller's thread, which settles the row."""
+    """In a lane, on SQLite: only the handler's call (under its time limit, journaled,
+    timed); what it returned or raised goes back to the caller's thread, which
+    settles the row."""
     assert isinstance(job.item, queue.Queued)
     starting = _Starting(handler, job)
+    slot = None if journal is None else journal.enter(job.item.key, actor.encode())
+    started = time.monotonic()
     try:
         if seconds is None:
             job.returned = starting(job.item.msg)
@@ -434,4 +457,7 @@ def _call(
     except BaseException as exc:  # replayed in the caller's thread
         job.raised = exc
     finally:
+        job.ran = time.monotonic() - started
+        if journal is not None:
+            journal.leave(slot)
         job.end(done)

@@ -25,6 +25,8 @@ class DrainOptions:
     (an operator's "now") hands every message over in key order, waiting or not.
     `concurrency` is how many messages one process has in hand at once, each
     handler in a thread of its own (for slow handlers; `delivery.Delivery`).
+    `actor` is who the run's failed attempts are recorded as (`queue.history`):
+    `drain`, `service` for `--forever`.
     """
 
     limit: int | None = None
@@ -36,6 +38,7 @@ class DrainOptions:
     grace: float | None = None
     ignore_backoff: bool = False
     concurrency: int = 1
+    actor: str = "drain"
 
     def __post_init__(self) -> None:
         if self.limit is not None and self.limit < 1:
@@ -50,5 +53,7 @@ class DrainOptions:
             )
         if self.batch_size < 1:
             raise DrainConfigError(f"batch_size must be at least 1, got {self.batch_size}")
+        if not self.actor:
+            raise DrainConfigError("actor must name who drains, got an empty one")
         if self.budget is not None and not self.budget >= 0:
             raise DrainConfigError(f"budget must be at least 0 seconds, got {self.budget}")

@@ -5,37 +5,60 @@ is in docs/drain.md ("What a handler's result does"); this module is its code.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
+from django.db import DatabaseError, transaction
+
 from deadletter import queue
 from deadletter.drain.handlers import Handler
+from deadletter.drain.inflight import Journal
 from deadletter.drain.policy import Policy, held_wait
 from deadletter.drain.report import Outcome
-from deadletter.drain.timeouts import HungHandlers, call_within
+from deadletter.drain.timeouts import HandlerTimeout, HungHandlers, call_within
 from deadletter.exceptions import NeedsOperator, PermanentFailure
-from deadletter.queue import claims
+from deadletter.queue import claims, history
 from deadletter.queue.claims import dequeue_claimed, handler_savepoint
+from deadletter.queue.history import AttemptOutcome
 from deadletter.queue.rows import ATTEMPTS_KEY, LAST_ERROR_KEY, DropReason
+from deadletter.store import sql
 from deadletter.wire import keys
 from deadletter.wire.messages import Message
 
 __all__ = [
     "HELD_MARK",
     "LAST_ERROR_LIMIT",
+    "HandlerKilled",
     "deliver",
     "held_error",
     "is_held",
     "last_error",
+    "settle_killed",
 ]
 
 logger = logging.getLogger("deadletter")
 
-LAST_ERROR_LIMIT = 1024
+LAST_ERROR_LIMIT = history.ERROR_LIMIT
 HELD_MARK = f"{NeedsOperator.__name__}: "
 """How `LastError` starts for a message kept for an operator, whatever the
 subclass of `NeedsOperator` raised: what the admin and the causes go by."""
+
+
+class HandlerKilled(Exception):
+    """The handler's process died while it ran (SIGKILL, the OOM killer): a failed
+    attempt, counted by the next drain from the dead process's journal (`inflight`)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Try:
+    """One attempt, for its history row: when it began, how long the handler ran, who."""
+
+    at: datetime
+    duration: float | None
+    actor: str
 
 
 def deliver(
@@ -46,13 +69,17 @@ def deliver(
     claimed: bool = False,
     timeout: float | None = None,
     policy: Policy | None = None,
+    actor: str = "drain",
+    journal: Journal | None = None,
+    replayed: float | None = None,
 ) -> Outcome:
     """Hand one message to `handler` and settle its row by what happened.
 
-    * returns None: delivered, the row is dequeued;
+    * returns None: delivered, the row is dequeued (and, when it had failed
+      before, its attempts' history deleted in the same transaction);
     * returns a Message: partly delivered, it replaces the row as a fresh row
       at the tail (one transaction; `queued_at` kept from the original, since
-      it anchors the age limit);
+      it anchors the age limit; the history follows it to its new key);
     * raises `PermanentFailure`: the row is dropped;
     * raises `NeedsOperator`: the row is kept for an operator, whatever the
       attempts limit: `LastError` says why (`HELD_MARK` first), `Attempts` is
@@ -60,6 +87,12 @@ def deliver(
     * raises anything else: the row stays under its key with `Attempts` raised
       and `LastError` recorded, or is dropped once `max_attempts` is reached;
       under `policy`'s backoff it is not due again before the wait is over.
+
+    Every outcome but a delivery adds an attempt to the key's history
+    (`queue.history`), by `actor`, in the transaction of the row's change.
+    With `journal` the key is journaled while the handler runs (`inflight`), so a
+    kill of the process counts; `replayed` (seconds) says the handler already ran
+    elsewhere for that long (a lane's, journaled there) and `handler` replays it.
 
     `policy` (the queue's) gives `max_attempts` and the backoff.
 
@@ -77,48 +110,166 @@ def deliver(
     that thread's connection, outside the caller's transaction and savepoint.
     `HungHandlers` passes through before the handler starts, the row untouched.
     """
+    ran = replayed
+    slot = None
+    if journal is not None and replayed is None:
+        slot = journal.enter(item.key, actor.encode())
+    started = time.monotonic()
     try:
-        if timeout is not None:
-            result = call_within(handler, item.msg, timeout, key=item.key)
-        elif claimed:
-            with handler_savepoint():
+        try:
+            if timeout is not None:
+                result = call_within(handler, item.msg, timeout, key=item.key)
+            elif claimed:
+                with handler_savepoint():
+                    result = handler(item.msg)
+            else:
                 result = handler(item.msg)
-        else:
-            result = handler(item.msg)
+        finally:
+            if ran is None:
+                ran = time.monotonic() - started
+            if journal is not None:
+                journal.leave(slot)
         if result is not None and not isinstance(result, Message):
             raise TypeError(f"handler returned {type(result).__name__}, not a Message or None")
     except PermanentFailure as exc:
+        error = last_error(exc)
         logger.warning(
             "permanent failure queue=%s key=%s error=%s",
             keys.queue_of(item.key),
             item.key.hex(),
-            last_error(exc),
+            error,
         )
+        attempt = _tried(ran, actor)
         return _settle(
             item,
             Outcome.PERMANENT,
-            lambda: claims.drop_msg(item.key, item.msg, DropReason.PERMANENT),
+            _recorded(
+                item.key,
+                lambda: claims.drop_msg(item.key, item.msg, DropReason.PERMANENT),
+                attempt,
+                AttemptOutcome.PERMANENT,
+                error,
+                item.attempts + 1,
+            ),
         )
     except NeedsOperator as exc:
-        return _held(item, exc, policy)
+        return _held(item, exc, policy, _tried(ran, actor))
     except HungHandlers:
         raise
     except Exception as exc:
         if policy is not None:
             max_attempts = policy.max_attempts
-        return _failed(item, exc, max_attempts, policy)
+        kind = AttemptOutcome.TIMEOUT if isinstance(exc, HandlerTimeout) else AttemptOutcome.FAILED
+        return _failed(item, exc, max_attempts, policy, _tried(ran, actor), kind)
+    failed_before = LAST_ERROR_KEY in item.msg.extra
     if result is None:
-        if claimed:
+        if failed_before:
+            _dequeue_with_history(item.key, claimed)
+        elif claimed:
             dequeue_claimed(item.key)
         else:
             queue.dequeue(item.key)
         return Outcome.DELIVERED
     remainder = result.replace(queued_at=item.msg.queued_at or result.queued_at)
-    return _settle(item, Outcome.REQUEUED, lambda: claims.replace_msg(item.key, remainder))
+    if not failed_before:
+        return _settle(item, Outcome.REQUEUED, lambda: claims.replace_msg(item.key, remainder))
+    return _settle(item, Outcome.REQUEUED, lambda: _replace_with_history(item.key, remainder))
+
+
+def settle_killed(
+    item: queue.Queued, *, at: datetime, actor: str, pid: int, policy: Policy | None
+) -> Outcome:
+    """Count the attempt whose handler's process died (`inflight.recover`): as any
+    failed attempt, `Attempts` raised and `LastError` recorded, or dropped at the
+    queue's attempt limit; its history row says `killed`."""
+    exc = HandlerKilled(
+        f"the handler's process (pid {pid}) died while it ran; SIGKILL or out of memory?"
+    )
+    max_attempts = policy.max_attempts if policy is not None else None
+    return _failed(item, exc, max_attempts, policy, _Try(at, None, actor), AttemptOutcome.KILLED)
+
+
+def _tried(ran: float | None, actor: str) -> _Try:
+    """The attempt that just ended after `ran` seconds."""
+    duration = ran or 0.0
+    return _Try(datetime.now(UTC) - timedelta(seconds=duration), duration, actor)
+
+
+def _recorded(
+    key: bytes,
+    change: Callable[[], object],
+    attempt: _Try,
+    outcome: AttemptOutcome,
+    error: str,
+    attempts: int | None,
+) -> Callable[[], object]:
+    """The row's `change` and, when it found the row, the attempt's history row, in
+    one transaction: the caller's (a claim's) or one of their own. A history row
+    that cannot be written undoes the change (`QueueingError`)."""
+
+    def write() -> object:
+        connection = sql.connection()
+        with transaction.atomic(using=connection.alias, savepoint=False):
+            changed = change()
+            if changed:
+                try:
+                    history.record_attempt(
+                        connection,
+                        key,
+                        at=attempt.at,
+                        duration=attempt.duration,
+                        outcome=outcome,
+                        error=error,
+                        actor=attempt.actor,
+                        attempts=attempts,
+                    )
+                except DatabaseError as exc:
+                    logger.exception("could not record attempt key=%s", key.hex())
+                    raise queue.QueueingError from exc
+        return changed
+
+    return write
+
+
+def _dequeue_with_history(key: bytes, claimed: bool) -> None:
+    """Delete a delivered row that had failed before, and its history, in one
+    transaction: the claim's (a `DatabaseError` passes through, as
+    `dequeue_claimed`'s), or one of their own (logged; the row stays, to be
+    handed over again)."""
+    connection = sql.connection()
+    if claimed:
+        if dequeue_claimed(key):
+            history.forget(connection, key)
+        return
+    try:
+        with transaction.atomic(using=connection.alias):
+            if queue.dequeue(key):
+                history.forget(connection, key)
+    except DatabaseError:
+        logger.exception("dequeue failed key=%s", key.hex())
+
+
+def _replace_with_history(key: bytes, remainder: Message) -> bytes | None:
+    """`claims.replace_msg`, the history following the remainder to its new key."""
+    connection = sql.connection()
+    with transaction.atomic(using=connection.alias, savepoint=False):
+        new_key = claims.replace_msg(key, remainder)
+        if new_key is not None:
+            try:
+                history.move(connection, key, new_key)
+            except DatabaseError as exc:
+                logger.exception("could not move attempts key=%s", key.hex())
+                raise queue.QueueingError from exc
+    return new_key
 
 
 def _failed(
-    item: queue.Queued, exc: Exception, max_attempts: int | None, policy: Policy | None
+    item: queue.Queued,
+    exc: Exception,
+    max_attempts: int | None,
+    policy: Policy | None,
+    attempt: _Try,
+    kind: AttemptOutcome,
 ) -> Outcome:
     attempts = item.attempts + 1
     error = last_error(exc)
@@ -138,7 +289,14 @@ def _failed(
         return _settle(
             item,
             Outcome.MAX_ATTEMPTS,
-            lambda: claims.drop_msg(item.key, msg, DropReason.MAX_ATTEMPTS),
+            _recorded(
+                item.key,
+                lambda: claims.drop_msg(item.key, msg, DropReason.MAX_ATTEMPTS),
+                attempt,
+                AttemptOutcome.MAX_ATTEMPTS,
+                error,
+                attempts,
+            ),
         )
     wait = policy.wait_seconds(attempts) if policy is not None else None
     due_at = None if wait is None else datetime.now(UTC) + timedelta(seconds=wait)
@@ -150,11 +308,22 @@ def _failed(
         error,
         due_at.isoformat() if due_at is not None else "now",
     )
-    _settle(item, Outcome.FAILED, lambda: claims.rewrite_msg(item.key, msg, due_at=due_at))
+    _settle(
+        item,
+        Outcome.FAILED,
+        _recorded(
+            item.key,
+            lambda: claims.rewrite_msg(item.key, msg, due_at=due_at),
+            attempt,
+            kind,
+            error,
+            attempts,
+        ),
+    )
     return Outcome.FAILED
 
 
-def _held(item: queue.Queued, exc: NeedsOperator, policy: Policy | None) -> Outcome:
+def _held(item: queue.Queued, exc: NeedsOperator, policy: Policy | None, attempt: _Try) -> Outcome:
     """Keep the row for an operator: `Attempts` stays as it was, so a message held
     for days is not dropped by the limit at its first ordinary failure after the fix."""
     attempts = item.attempts
@@ -170,7 +339,18 @@ def _held(item: queue.Queued, exc: NeedsOperator, policy: Policy | None) -> Outc
         due_at.isoformat(),
     )
     msg = item.msg.replace(extra=extra)
-    return _settle(item, Outcome.HELD, lambda: claims.rewrite_msg(item.key, msg, due_at=due_at))
+    return _settle(
+        item,
+        Outcome.HELD,
+        _recorded(
+            item.key,
+            lambda: claims.rewrite_msg(item.key, msg, due_at=due_at),
+            attempt,
+            AttemptOutcome.HELD,
+            error,
+            None,
+        ),
+    )
 
 
 def _settle(item: queue.Queued, outcome: Outcome, write: Callable[[], object]) -> Outcome:
@@ -186,22 +366,15 @@ def _settle(item: queue.Queued, outcome: Outcome, write: Callable[[], object]) -
 
 def last_error(exc: BaseException) -> str:
     """`ExcClass: message`, cut to `LAST_ERROR_LIMIT` UTF-8 bytes on a character boundary."""
-    return _cut(f"{type(exc).__name__}: {exc}")
+    return history.cut(f"{type(exc).__name__}: {exc}")
 
 
 def held_error(exc: NeedsOperator) -> str:
     """The `LastError` of a message kept for an operator: `HELD_MARK` and why, cut
     as `last_error` cuts."""
-    return _cut(f"{HELD_MARK}{exc}")
+    return history.cut(f"{HELD_MARK}{exc}")
 
 
 def is_held(error: str | None) -> bool:
     """Whether a `LastError` says its message waits for an operator (`held_error`)."""
     return isinstance(error, str) and error.startswith(HELD_MARK)
-
-
-def _cut(text: str) -> str:
-    raw = text.encode("utf-8", errors="replace")
-    if len(raw) <= LAST_ERROR_LIMIT:
-        return text
-    return raw[:LAST_ERROR_LIMIT].decode("utf-8", errors="ignore")

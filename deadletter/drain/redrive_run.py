@@ -193,6 +193,7 @@ class _Run:
             on_drop=self._dropped,
             breakers=False,
             autocommit_between=True,  # each message's counts and cursor commit after it
+            actor=f"redrive:{redrive.pk}",
         )
         take = self.walk.source(delivery)
         for number, size in enumerate(_step_sizes(redrive.ramp), start=1):

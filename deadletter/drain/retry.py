@@ -53,6 +53,7 @@ def redeliver(
     wait: bool = False,
     deadline: float | None = None,
     on_outcome: Callable[[bytes, Outcome], None] | None = None,
+    actor: str = "retry",
 ) -> DrainReport:
     """Hand the rows `row_keys` to their queues' handlers now, oldest first, with
     a drain's outcome rules: "retry these" for the admin and the API.
@@ -69,6 +70,7 @@ def redeliver(
     on, its row settled as a failed attempt; `report.unreached` counts the
     rows it did not get to, and `report.stopped_by` says why. `on_outcome`
     hears of each row handed over, with its outcome (the admin logs it).
+    `actor` is who failed attempts are recorded as: `retry:<user name>`.
     """
     selected = sorted({bytes(k) for k in row_keys})
     names = list(dict.fromkeys(keys.queue_of(k) for k in selected))
@@ -82,6 +84,7 @@ def redeliver(
         on_outcome=on_outcome,
         breakers=False,
         autocommit_between=True,
+        actor=actor,
     )
     db_file = None if delivery.claims else claims.sqlite_file()
     started = time.monotonic()

@@ -29,16 +29,19 @@ from datetime import UTC, datetime
 from django.db import DatabaseError
 
 from deadletter import queue
+from deadletter.drain import inflight
 from deadletter.drain.delivery import Delivery, Pace, Stop, Take
 from deadletter.drain.errors import DrainAborted, DrainConfigError
 from deadletter.drain.handlers import load_handlers
 from deadletter.drain.locking import QueueLock
 from deadletter.drain.options import DrainOptions
+from deadletter.drain.outcomes import settle_killed
 from deadletter.drain.report import DrainReport, Outcome
 from deadletter.drain.timeouts import TimeLimit, configured_handler_timeout
 from deadletter.drain.workers import Budget, Cursor, Guard, Worker, WorkerPool
-from deadletter.queue import claims, waiting
+from deadletter.queue import browse, claims, waiting
 from deadletter.store import reconnect, sql
+from deadletter.wire import keys
 
 __all__ = ["PROGRESS_EVERY", "Drainer"]
 
@@ -300,12 +303,14 @@ class Drainer:
             on_drop=self.notify,
             orphaned=None if worker is None else worker.orphaned,
             concurrency=self.options.concurrency,
+            actor=self.options.actor,
         )
 
     def _snapshot(self, report: DrainReport) -> bool:
         """Note each queue's newest key (the run stops there), the pass's start (a
         retry is due if its wait ended before it) and the messages that wait."""
         self._pass_start = datetime.now(UTC)
+        self._count_killed()
         try:
             self._until = {name: claims.tail_key(name) for name in self.queues}
             for name in self.queues:
@@ -318,6 +323,35 @@ class Drainer:
             self._close_if_lost()
             return False
         return True
+
+    def _count_killed(self) -> None:
+        """Count the attempts whose handlers' processes died mid-handler (their
+        journals, `inflight`), for the queues this run hands over: on SQLite under
+        the queues' lock, on a server each row claimed first (one another drain holds
+        is left in the journal for a later pass)."""
+
+        def settle(killed: inflight.Killed) -> bool:
+            policy = self.handlers[keys.queue_of(killed.key)].policy
+            with claims.atomic() if self.claims else contextlib.nullcontext():
+                item = claims.fetch_msg(killed.key)
+                if item is None:
+                    return not self.claims or browse.get_row(killed.key) is None
+                outcome = settle_killed(
+                    item, at=killed.started_at, actor=killed.actor, pid=killed.pid, policy=policy
+                )
+            logger.warning(
+                "counted the attempt of a killed handler key=%s pid=%s outcome=%s",
+                killed.key.hex(),
+                killed.pid,
+                outcome,
+            )
+            return True
+
+        try:
+            inflight.recover(settle, lambda key: keys.queue_of(key) in self.handlers)
+        except (DatabaseError, OSError):
+            logger.exception("drain could not count killed handlers' attempts")
+            self._close_if_lost()
 
     def _tail(self, name: str) -> bytes | None:
         if name not in self._until:
