@@ -196,6 +196,7 @@ class Command(DatabaseCommand):
                     concurrency=options["concurrency"],
                     wait=options["wait"],
                     grace=options["grace"],
+                    actor="service" if forever else "drain",
                 ),
                 log_progress=not bar,
             )
