@@ -42,6 +42,7 @@ from deadletter.admin import (  # noqa: F401
     searching,
 )
 from deadletter.admin.changelist import CauseFilter, KeysetChangeList, QueueFilter
+from deadletter.admin.timeline import timeline_html
 from deadletter.conf import conf
 from deadletter.models import HexKey, QueuedMessage
 from deadletter.queue import browse, search
@@ -79,7 +80,7 @@ class QueuedMessageAdmin(admin.ModelAdmin):
     show_full_result_count = False
     # Facet counts would count every filter choice over the whole table.
     show_facets = admin.ShowFacets.NEVER
-    fields = ("key_parts", "stored", "next_due", "decoded")
+    fields = ("key_parts", "stored", "next_due", "decoded", "attempt_history")
     save_on_top = True  # Delete above the fold too, beside Retry now
     readonly_fields = fields
     actions = ["retry_now", "delete_selected"]
@@ -200,7 +201,10 @@ class QueuedMessageAdmin(admin.ModelAdmin):
         try:
             deadline = time.monotonic() + conf.ADMIN_TIME_BUDGET
             report = drain.redeliver(
-                [obj.key_bytes], deadline=deadline, on_outcome=self._logger_of_retries(request)
+                [obj.key_bytes],
+                deadline=deadline,
+                on_outcome=self._logger_of_retries(request),
+                actor=f"retry:{request.user.get_username()}",
             )
         except (drain.DrainConfigError, drain.DrainLocked) as exc:
             self.message_user(request, str(exc), messages.ERROR)
@@ -225,7 +229,10 @@ class QueuedMessageAdmin(admin.ModelAdmin):
         try:
             deadline = time.monotonic() + conf.ADMIN_TIME_BUDGET
             report = drain.redeliver(
-                [key], deadline=deadline, on_outcome=self._logger_of_retries(request)
+                [key],
+                deadline=deadline,
+                on_outcome=self._logger_of_retries(request),
+                actor=f"retry:{request.user.get_username()}",
             )
         except (drain.DrainConfigError, drain.DrainLocked) as exc:
             self.message_user(request, str(exc), messages.ERROR)
@@ -240,7 +247,11 @@ class QueuedMessageAdmin(admin.ModelAdmin):
         once; a drain running on the same SQLite queue makes this refuse), a
         chunk at a time until the admin's time budget is spent."""
         try:
-            progress = bulk.retry(queryset, self._logger_of_retries(request))
+            progress = bulk.retry(
+                queryset,
+                self._logger_of_retries(request),
+                actor=f"retry:{request.user.get_username()}",
+            )
         except (drain.DrainConfigError, drain.DrainLocked) as exc:
             self.message_user(request, str(exc), messages.ERROR)
             return
@@ -416,6 +427,10 @@ class QueuedMessageAdmin(admin.ModelAdmin):
     @admin.display(description="messages")
     def decoded(self, obj: QueuedMessage) -> SafeString:
         return rows.messages_html(obj)
+
+    @admin.display(description="attempts")
+    def attempt_history(self, obj: QueuedMessage) -> SafeString:
+        return timeline_html(obj.key_bytes)
 
 
 RETRY_OUTCOMES = {

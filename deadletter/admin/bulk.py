@@ -114,16 +114,19 @@ def delete(queryset: QuerySet[QueuedMessage], log: Callable[[list[bytes]], None]
 def retry(
     queryset: QuerySet[QueuedMessage],
     on_outcome: Callable[[bytes, drain.Outcome], None] | None = None,
+    *,
+    actor: str = "retry",
 ) -> Progress:
     """Hand the selected rows to their handlers (`drain.redeliver`) chunk by chunk;
-    `on_outcome` hears of each row handed over.
+    `on_outcome` hears of each row handed over; `actor` is who failed attempts are
+    recorded as (`retry:<user name>`).
 
     Raises `drain.DrainConfigError` / `drain.DrainLocked` from the first chunk.
     """
     total: list[drain.DrainReport] = []
 
     def work(chunk: list[bytes], deadline: float) -> tuple[int, int]:
-        report = drain.redeliver(chunk, deadline=deadline, on_outcome=on_outcome)
+        report = drain.redeliver(chunk, deadline=deadline, on_outcome=on_outcome, actor=actor)
         total.append(report)
         return report.handled, report.unreached
 
