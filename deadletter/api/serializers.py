@@ -23,7 +23,7 @@ from deadletter.api.fields import (
     format_unix_ns,
 )
 from deadletter.conf import conf
-from deadletter.queue import age, browse, seals, search
+from deadletter.queue import age, browse, history, seals, search
 from deadletter.queue.browse import Row
 from deadletter.reports.summaries import QueueStatus
 from deadletter.wire import codec, keys
@@ -212,6 +212,31 @@ class RowSerializer(serializers.Serializer):
 _MESSAGE_OUTPUT = MessageSerializer()
 
 
+class AttemptSerializer(serializers.Serializer):
+    """One failed attempt of a message (`queue.history`)."""
+
+    at = serializers.DateTimeField(help_text="When the handler was called.")
+    duration = serializers.FloatField(
+        allow_null=True, help_text="Seconds the handler ran; null when its process was killed."
+    )
+    outcome = serializers.ChoiceField(choices=[str(o) for o in history.AttemptOutcome])
+    error = serializers.CharField(help_text="The error, cut to 1024 UTF-8 bytes.")
+    actor = serializers.CharField(
+        help_text="Who tried: drain, service, worker, retry:<user>, redrive:<id>."
+    )
+
+
+class MessageRowSerializer(RowSerializer):
+    """One row on its own page, with its failed attempts oldest first (the last
+    `history.KEEP`); a page of rows leaves them out (a read a row)."""
+
+    attempts_history = serializers.SerializerMethodField()
+
+    @extend_schema_field(AttemptSerializer(many=True))
+    def get_attempts_history(self, row: Row) -> list[Any]:
+        return list(AttemptSerializer(history.attempts_of(row.key), many=True).data)
+
+
 class PageQuerySerializer(serializers.Serializer):
     """A page of a queue: the rows after key `after` (exclusive), at most `limit`,
     those a search `q` matches when it is given."""
@@ -350,6 +375,7 @@ __all__ = [
     "DrainRequestSerializer",
     "ErrorSerializer",
     "KeySerializer",
+    "MessageRowSerializer",
     "MessageSerializer",
     "PageQuerySerializer",
     "PageSerializer",

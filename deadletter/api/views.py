@@ -28,6 +28,7 @@ from deadletter.api.fields import KEY_PATTERN
 from deadletter.api.serializers import (
     ErrorSerializer,
     KeySerializer,
+    MessageRowSerializer,
     MessageSerializer,
     PageQuerySerializer,
     PageSerializer,
@@ -216,13 +217,13 @@ class MessageDetail(DeadletterView):
 
     @openapi(
         parameters=[KEY],
-        responses={200: RowSerializer, 400: BAD, 404: ErrorSerializer, **REFUSALS},
+        responses={200: MessageRowSerializer, 400: BAD, 404: ErrorSerializer, **REFUSALS},
     )
     def get(self, request: Request, key: str) -> Response:
         row = browse.get_row(_key(key))
         if row is None:
             raise NotFound("No row with that key.")
-        return Response(RowSerializer(row).data)
+        return Response(MessageRowSerializer(row).data)
 
     @openapi(
         parameters=[KEY],

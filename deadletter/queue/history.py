@@ -62,16 +62,6 @@ class AttemptRecord:
     error: str
     actor: str
 
-    def as_dict(self) -> dict[str, object]:
-        """The JSON form (the API's `attempts_history`); `at` in ISO 8601."""
-        return {
-            "at": self.at.isoformat(),
-            "duration": self.duration,
-            "outcome": self.outcome,
-            "error": self.error,
-            "actor": self.actor,
-        }
-
 
 def cut(text: str, limit: int = ERROR_LIMIT) -> str:
     """`text` cut to `limit` UTF-8 bytes on a character boundary."""

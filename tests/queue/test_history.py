@@ -126,15 +126,3 @@ def test_move_gives_the_attempts_to_the_new_key() -> None:
         "ConnectionError: try 2",
     ]
     assert Attempt.objects.count() == 2
-
-
-def test_the_json_form_has_the_five_fields() -> None:
-    record(key(), 1)
-    (kept,) = history.attempts_of(key())
-    assert kept.as_dict() == {
-        "at": (T0 + timedelta(seconds=1)).isoformat(),
-        "duration": 0.1,
-        "outcome": "failed",
-        "error": "ConnectionError: try 1",
-        "actor": "drain",
-    }
