@@ -16,6 +16,7 @@ from deadletter.conf import DEFAULT_API_THROTTLE_RATES, conf
 from deadletter.drain.handlers import handler_problems
 from deadletter.drain.service import outage_limit_problem
 from deadletter.drain.timeouts import handler_timeout_problem, seconds_of
+from deadletter.queue import limits
 from deadletter.store import sql
 
 
@@ -34,6 +35,12 @@ def check_settings(
                 id="deadletter.E001",
             )
         )
+    errors += _problem_error(
+        limits.archive_for_problem(conf.raw("ARCHIVE_FOR"), "DEADLETTER_ARCHIVE_FOR"),
+        hint="Leave it unset for 30 days, or set e.g. DEADLETTER_ARCHIVE_FOR = "
+        "timedelta(days=90); None keeps for ever, timedelta(0) turns the archive off.",
+        check_id="deadletter.E023",
+    )
     row_bytes = conf.raw("MAX_ROW_BYTES")
     if (
         not isinstance(row_bytes, int)
@@ -96,7 +103,7 @@ def api_queues_problem(value: Any) -> str | None:
 
 # The largest limits a signed 64-bit count holds (Go's time.Duration, the C speed-up's
 # comparisons): beyond them a value is a mistake, not a limit.
-MAX_QUEUE_AGE_LIMIT = timedelta(microseconds=(2**63 - 1) // 1000)
+MAX_QUEUE_AGE_LIMIT = limits.MAX_AGE_LIMIT
 MAX_ROW_BYTES_LIMIT = 2**63 - 1
 
 
@@ -319,6 +326,20 @@ _HANDLER_HINT = {
     "breaker": (
         "deadletter.E015",
         "Give the failed attempts in a row that pause a queue for the pass, e.g. 5, or None.",
+    ),
+    "archive_for": (
+        "deadletter.E020",
+        "Give how long the queue's archive keeps what left it, e.g. timedelta(days=90); "
+        "None keeps for ever, timedelta(0) turns its archive off.",
+    ),
+    "max_age": (
+        "deadletter.E021",
+        "Give the queue's own age limit, e.g. timedelta(days=7), or leave it out for "
+        "DEADLETTER_MAX_QUEUE_AGE.",
+    ),
+    "editable": (
+        "deadletter.E022",
+        "Give True to let operators edit the queue's messages, or leave it out (False).",
     ),
 }
 

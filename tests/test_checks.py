@@ -357,3 +357,50 @@ def test_e019_the_database_outage_limit_is_a_positive_timedelta_or_seconds(
 def test_e019_accepts_a_timedelta_or_seconds(settings: Any, limit: Any) -> None:
     settings.DEADLETTER_DATABASE_OUTAGE_LIMIT = limit
     assert check_time_limits() == []
+
+
+@pytest.mark.parametrize("retention", [timedelta(seconds=-1), 30, "30 days"])
+def test_e023_archive_for_must_be_none_or_a_timedelta_of_at_least_0(
+    settings: Any, retention: Any
+) -> None:
+    settings.DEADLETTER_ARCHIVE_FOR = retention
+    assert ids(check_settings()) == ["deadletter.E023"]
+
+
+@pytest.mark.parametrize("retention", [None, timedelta(0), timedelta(days=365)])
+def test_e023_archive_for_none_zero_or_a_span_passes(settings: Any, retention: Any) -> None:
+    settings.DEADLETTER_ARCHIVE_FOR = retention
+    assert check_settings() == []
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "check_id"),
+    [
+        ("archive_for", timedelta(days=-1), "deadletter.E020"),
+        ("archive_for", 86_400, "deadletter.E020"),
+        ("max_age", timedelta(0), "deadletter.E021"),
+        ("max_age", None, "deadletter.E021"),
+        ("max_age", timedelta.max, "deadletter.E021"),
+        ("editable", "yes", "deadletter.E022"),
+        ("editable", 1, "deadletter.E022"),
+    ],
+)
+def test_e020_e022_a_queues_archive_for_max_age_and_editable(
+    settings: Any, key: str, value: Any, check_id: str
+) -> None:
+    settings.DEADLETTER_HANDLERS = {"q": {"handler": "project.demo.handlers.log_only", key: value}}
+    (error,) = check_handlers()
+    assert error.id == check_id
+    assert f"DEADLETTER_HANDLERS['q'][{key!r}]" in error.msg
+
+
+def test_a_queues_archive_for_max_age_and_editable_pass_when_sound(settings: Any) -> None:
+    settings.DEADLETTER_HANDLERS = {
+        "q": {
+            "handler": "project.demo.handlers.log_only",
+            "archive_for": None,
+            "max_age": timedelta(days=7),
+            "editable": True,
+        }
+    }
+    assert check_handlers() == []

@@ -157,12 +157,13 @@ def duration(delta: timedelta) -> str:
     return span((delta.days * 86_400 + delta.seconds) * _NS + delta.microseconds * 1000, depth=2)
 
 
-def expires_in(value: Any, now: datetime) -> str:
-    """Time left before the age limit drops the message ("expired" once past it)."""
+def expires_in(value: Any, now: datetime, queue: str | None = None) -> str:
+    """Time left before the age limit (`queue`'s own, `limits.max_age`) drops the
+    message ("expired" once past it)."""
     ns, now_ns = instant_ns(value), instant_ns(now)
     if ns is None or now_ns is None:
         return EMPTY
-    left = ns + age_rule.max_age_ns() - now_ns
+    left = ns + age_rule.max_age_ns(queue) - now_ns
     if left <= 0:
         return "expired"
     return span(left)

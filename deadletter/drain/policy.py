@@ -2,7 +2,9 @@
 handler (a value is a dotted path, or a dict with the handler and its limits),
 with `DEADLETTER_MAX_ATTEMPTS`, `DEADLETTER_BACKOFF` and `DEADLETTER_BREAKER` as
 the defaults a dict leaves out. `policy_problems` is the one reading of the rules
-that the system checks (E004, E005, E013-E015) and the drain both use.
+that the system checks (E004, E005, E013-E015, E020-E022) and the drain both use.
+The queue's own limits (`archive_for`, `max_age`, `editable`) are read by
+`queue.limits`, below the drain, which the queue's rules apply.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from deadletter.conf import conf
+from deadletter.queue import limits
 
 __all__ = [
     "HELD_WAIT",
@@ -28,7 +31,15 @@ __all__ = [
     "policy_problems",
 ]
 
-POLICY_KEYS = ("handler", "max_attempts", "backoff", "breaker")
+POLICY_KEYS = (
+    "handler",
+    "max_attempts",
+    "backoff",
+    "breaker",
+    "archive_for",
+    "max_age",
+    "editable",
+)
 JITTER = 0.1  # a backoff's wait is spread by up to this share either way
 HELD_WAIT = 3600.0
 """Seconds a message kept for an operator (`NeedsOperator`) waits before a drain
@@ -65,7 +76,7 @@ class Policy:
 @dataclasses.dataclass(frozen=True, slots=True)
 class PolicyProblem:
     """One thing wrong with a queue's policy: `key` is the policy key at fault
-    ("handler", "max_attempts", "backoff", "breaker", or "keys" for the dict itself)."""
+    (one of `POLICY_KEYS`, or "keys" for the dict itself)."""
 
     queue: str
     key: str
@@ -139,6 +150,15 @@ def policy_problems(name: str, value: Any) -> list[PolicyProblem]:
         ),
         ("backoff", backoff_problem(value.get("backoff"), f"{where}['backoff']")),
         ("breaker", breaker_problem(value.get("breaker"), f"{where}['breaker']")),
+        *(
+            (key, check(value[key], f"{where}[{key!r}]"))
+            for key, check in (
+                ("archive_for", limits.archive_for_problem),
+                ("max_age", limits.max_age_problem),
+                ("editable", limits.editable_problem),
+            )
+            if key in value
+        ),
     ):
         if problem is not None:
             problems.append(PolicyProblem(name, key, problem))

@@ -1,5 +1,6 @@
 """The age rule, in one place: a message whose `queued_at` (its first failure) is
-older than `DEADLETTER_MAX_QUEUE_AGE` is expired; a message without one is not
+older than its queue's age limit (its policy's `max_age`, else
+`DEADLETTER_MAX_QUEUE_AGE`: `limits.max_age`) is expired; a message without one is not
 (it is stamped with now when read, and the limit runs from then).
 
 A first failure cannot lie ahead: one later than now by more than
@@ -15,6 +16,7 @@ import time
 from datetime import timedelta
 
 from deadletter.conf import conf
+from deadletter.queue import limits
 from deadletter.wire.gotime import GoOnlyTime, GoTime, duration_ns
 
 __all__ = [
@@ -32,15 +34,19 @@ MAX_CLOCK_SKEW = timedelta(minutes=5)
 MAX_CLOCK_SKEW_NS = int(MAX_CLOCK_SKEW.total_seconds()) * 1_000_000_000
 
 
-def max_age_ns() -> int:
-    """`DEADLETTER_MAX_QUEUE_AGE` in nanoseconds."""
-    return duration_ns(conf.MAX_QUEUE_AGE)
+def max_age_ns(queue: str | None = None) -> int:
+    """`queue`'s age limit in nanoseconds (`DEADLETTER_MAX_QUEUE_AGE` when None):
+    read once per scan or page, never per row."""
+    return duration_ns(conf.MAX_QUEUE_AGE if queue is None else limits.max_age(queue))
 
 
-def cutoff_ns(now_ns: int | None = None, max_age: int | None = None) -> int:
-    """The instant (ns since the epoch) before which a first failure has expired."""
+def cutoff_ns(
+    now_ns: int | None = None, max_age: int | None = None, *, queue: str | None = None
+) -> int:
+    """The instant (ns since the epoch) before which a first failure has expired:
+    `max_age` ns before `now_ns`, or `queue`'s age limit before it."""
     return (time.time_ns() if now_ns is None else now_ns) - (
-        max_age_ns() if max_age is None else max_age
+        max_age_ns(queue) if max_age is None else max_age
     )
 
 

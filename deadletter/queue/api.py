@@ -252,7 +252,7 @@ def _peek(queue: str, limit: int) -> list[Queued]:
         logger.exception("fetch failed queue=%s", queue)
         reconnect.close_if_lost(connection)
         return []
-    cutoff, max_row_bytes = age.cutoff_ns(), conf.MAX_ROW_BYTES
+    cutoff, max_row_bytes = age.cutoff_ns(queue=queue), conf.MAX_ROW_BYTES
     found: list[Queued] = []
     index = 0
     while index < len(rows):
@@ -292,7 +292,7 @@ def iter_failed_msgs(
     low, high = keys.queue_bounds(queue)
     connection = sql.connection()
     detached.settle(connection)
-    max_age_ns = age.max_age_ns()
+    max_age_ns = age.max_age_ns(queue)
     max_row_bytes = conf.MAX_ROW_BYTES
     left = -1 if limit is None else limit
     rereads: dict[bytes, int] = {}

@@ -108,7 +108,7 @@ def _row(key: bytes, value: bytes | memoryview | None) -> Row:
 def expired_keys(queue: str, *, after: bytes | None = None, limit: int = 500) -> list[bytes]:
     """Keys of `queue` parked before the age limit's cutoff (their messages have
     expired), in key order after `after`: what "purge expired" hands to fetch."""
-    cutoff = max(0, age.cutoff_ns())
+    cutoff = max(0, age.cutoff_ns(queue=queue))
     prefix = keys.encode_queue_name(queue)
     low = after if after is not None else prefix + keys.SEPARATOR
     high = keys.make_key(prefix, cutoff, 0)

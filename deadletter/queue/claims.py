@@ -23,7 +23,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from deadletter import signals
 from deadletter.conf import conf
 from deadletter.models import QueuedMessage, QueuedMessageQuerySet
-from deadletter.queue import age
+from deadletter.queue import age, archive_write
 from deadletter.queue.causes import signature_of
 from deadletter.queue.rows import (
     LAST_ERROR_KEY,
@@ -167,19 +167,41 @@ def replace_msg(key: bytes, msg: Message) -> bytes | None:
     return new_key
 
 
-def drop_msg(key: bytes, msg: Message | None, reason: DropReason | str) -> bool:
-    """Delete the row `key` because its message is thrown away; sends
-    `message_dropped` with `reason` after the commit. False when the row was
-    already gone. Raises `QueueingError`."""
+def drop_msg(
+    key: bytes,
+    msg: Message | None,
+    reason: DropReason | str,
+    *,
+    actor: str = archive_write.ACTOR_DRAIN,
+    error: str | None = None,
+) -> bool:
+    """Delete the row `key` because its message is thrown away, archiving `msg`
+    (with `error`, the failure that dropped it, as its `LastError`) by `actor` in
+    the same transaction; sends `message_dropped` with `reason` after the commit.
+    False when the row was already gone. Raises `QueueingError`."""
     key = bytes(key)
     reason = DropReason(reason)
     queue = keys.queue_of(key)
     connection = sql.connection()
+    archived = None
+    if msg is not None and archive_write.enabled(queue):
+        kept = msg if error is None else msg.replace(extra={**msg.extra, LAST_ERROR_KEY: error})
+        try:
+            archived = codec.encode_one(kept)
+        except (codec.CodecError, TypeError, ValueError) as exc:
+            raise QueueingError from exc
     try:
         with transaction.atomic(using=connection.alias):
+            value = None
+            if msg is None and archive_write.enabled(queue):
+                found = sql.read(connection, _value_sql(connection), (key,))
+                value = bytes(found[0][0] or b"") if found else None
             deleted = sql.write(connection, delete_sql(connection), (key,))
             if deleted:
                 record_drop(connection, queue, reason)
+                blob = archived if archived is not None else value
+                if blob is not None:
+                    archive_write.archive_rows(connection, queue, [(key, blob)], reason, actor)
     except DatabaseError as exc:
         logger.exception("drop failed queue=%s key=%s", queue, key.hex())
         raise QueueingError from exc
@@ -187,6 +209,10 @@ def drop_msg(key: bytes, msg: Message | None, reason: DropReason | str) -> bool:
         logger.info("dropped message queue=%s key=%s reason=%s", queue, key.hex(), reason)
         sql.dropped(connection, queue, key, msg, str(reason))
     return bool(deleted)
+
+
+def _value_sql(connection: BaseDatabaseWrapper) -> str:
+    return sql.statement(connection, "SELECT value FROM {table} WHERE {key} = %s{for_update}")
 
 
 def atomic() -> transaction.Atomic:
@@ -396,7 +422,7 @@ def claim_failed_msg(
     low, high = keys.queue_bounds(queue)
     bound, inclusive = after, False
     rereads = 0
-    cutoff, max_row_bytes = age.cutoff_ns(), conf.MAX_ROW_BYTES
+    cutoff, max_row_bytes = age.cutoff_ns(queue=queue), conf.MAX_ROW_BYTES
     while True:
         row = _claim_row(connection, low, high, bound, inclusive, until, due_now)
         if row is None:
@@ -472,7 +498,7 @@ def preview_failed_msgs(queue: str, batch_size: int = 1000) -> Iterator[Preview]
     """Every message of `queue` oldest first with what a drain would do to it,
     read only: no row is split, stamped or deleted (for `--dry-run`)."""
     low, high = keys.queue_bounds(queue)
-    max_age_ns = age.max_age_ns()
+    max_age_ns = age.max_age_ns(queue)
     rows = sql.iter_range(sql.connection(), sql.table(), low, high, batch_size)
     for key, value in rows:
         try:

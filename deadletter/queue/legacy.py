@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 from django.db import transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from deadletter.queue import age
+from deadletter.queue import age, archive_write
 from deadletter.store import scans, sql
 from deadletter.store.counters import record_drop
 from deadletter.wire import codec, keys
@@ -80,12 +80,16 @@ def split_legacy_row(
     Each batch first locks the aggregate row and checks it is still there, so
     nothing is written once another reader has finished the split.
 
+    An expired message is archived under the key it would have had (its place
+    in the order), encoded alone, in its batch's transaction.
+
     Used by `fetch_failed_msgs` and by the data migration alike. Raises
     `codec.CodecError` for a corrupt blob (the rows written for it are
     removed again, in batches, and the aggregate left) and `sql.Conflict` if
     another reader split it first.
     """
     queue = prefix.decode("utf-8", errors="replace")
+    keep = archive_write.enabled(queue)
     count = codec.count_messages(value)
     seq = split_seq(prefix, value)
     cutoff = None if max_age_ns is None else age.cutoff_ns(now_ns, max_age_ns)
@@ -101,12 +105,16 @@ def split_legacy_row(
                     top_ns = _anchor(connection, cursor, table, prefix, seq, count, now_ns)
                 base_ns = top_ns - count
                 rows = []
+                archived = []
                 for index, encoded, msg in batch:
                     if encoded is None:
                         if on_expired is not None and msg is not None:
                             on_expired(msg)
                         else:
                             sql.dropped(connection, queue, prefix, msg, "expired")
+                        if keep and msg is not None:
+                            slot = keys.make_key(prefix, base_ns + index, seq ^ index)
+                            archived.append((slot, codec.encode_one(msg)))
                     else:
                         rows.append((keys.make_key(prefix, base_ns + index, seq ^ index), encoded))
                 if rows:
@@ -119,6 +127,9 @@ def split_legacy_row(
                         rows,
                     )
                 record_drop(connection, queue, "expired", len(batch) - len(rows))
+                archive_write.archive_rows(
+                    connection, queue, archived, "expired", archive_write.ACTOR_DRAIN
+                )
             stored += len(rows)
             reached = batch[-1][0] + 1
     except codec.CodecError:

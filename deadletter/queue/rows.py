@@ -5,7 +5,8 @@ written. Every rewrite is conditional on the row still holding the bytes read.
 
 What a rule drops is told to the caller (`on_drop`, a `Dropped` with its
 `DropReason`) and to `message_dropped`, both once the change has committed,
-and counted (`counters.record_drop`) in the transaction that deletes it.
+and counted (`counters.record_drop`) and archived (`archive_write.archive_rows`,
+actor `drain`) in the transaction that deletes it.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 
 from deadletter.conf import conf
 from deadletter.exceptions import DeadletterError
-from deadletter.queue import age
+from deadletter.queue import age, archive_write
 from deadletter.queue.legacy import split_legacy_row
 from deadletter.store import sql
 from deadletter.store.counters import record_drop
@@ -251,7 +252,7 @@ def process_row(
     table = sql.table()
     now_ns = time.time_ns()
     if max_age_ns is None:
-        max_age_ns = age.max_age_ns()
+        max_age_ns = age.max_age_ns(queue)
     if keys.is_legacy_key(key):
         try:
             split_legacy_row(
@@ -295,6 +296,14 @@ def process_row(
         with transaction.atomic(using=connection.alias):
             _rewrite_row(connection, table, prefix, key, value, live, queue)
             record_drop(connection, queue, DropReason.EXPIRED, len(expired))
+            if archive_write.enabled(queue):
+                archive_write.archive_rows(
+                    connection,
+                    queue,
+                    [(key, codec.encode_one(msg)) for msg in expired],
+                    DropReason.EXPIRED,
+                    archive_write.ACTOR_DRAIN,
+                )
     except sql.Conflict:
         return REREAD
     except DatabaseError:
@@ -340,8 +349,8 @@ def _safe_delete(
     reason: DropReason,
     dropped: int = 1,
 ) -> bool:
-    """Delete a dropped row, if it still holds `value`, and count the drop
-    (`counters.record_drop`) in one transaction."""
+    """Delete a dropped row, if it still holds `value`, count the drop
+    (`counters.record_drop`) and archive the row as it was, in one transaction."""
     try:
         with transaction.atomic(using=connection.alias):
             deleted = bool(
@@ -357,6 +366,9 @@ def _safe_delete(
             )
             if deleted:
                 record_drop(connection, queue, reason, dropped)
+                archive_write.archive_rows(
+                    connection, queue, [(key, value)], reason, archive_write.ACTOR_DRAIN
+                )
             return deleted
     except DatabaseError:
         logger.exception("delete failed queue=%s key=%s", queue, key.hex())

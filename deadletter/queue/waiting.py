@@ -111,7 +111,7 @@ def due_retries(
     low = keys.encode_queue_name(queue) + keys.SEPARATOR
     since = connection.ops.adapt_datetimefield_value(before)
     cursor: RetryCursor | None = None
-    max_age_ns = age.max_age_ns()
+    max_age_ns = age.max_age_ns(queue)
     max_row_bytes = conf.MAX_ROW_BYTES
     try:
         while True:

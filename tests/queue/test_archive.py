@@ -4,6 +4,8 @@ reason and actor, bytes and key unchanged, and a restore puts it back in its pla
 from __future__ import annotations
 
 import logging
+from datetime import timedelta
+from typing import Any
 
 import pytest
 
@@ -13,7 +15,7 @@ from deadletter.queue.archive import ArchiveError
 from deadletter.wire import codec
 from deadletter.wire.gotime import GoTime
 from deadletter.wire.messages import Message
-from tests.factories import insert, insert_at, park, parked, table_rows
+from tests.factories import DAY, insert, insert_at, park, park_aged, parked, table_rows
 
 pytestmark = pytest.mark.django_db
 
@@ -157,3 +159,100 @@ def test_the_newest_entry_of_a_key_is_the_one_restored() -> None:
     entries = list(archive.archived_msgs())
     assert [e.actor for e in entries] == ["kim"]
     assert archive.get_archived(key) == entries[0]
+
+
+# --- the drop paths ------------------------------------------------------------
+
+
+def permanent_handler(msg: Message) -> None:
+    from deadletter import PermanentFailure
+
+    raise PermanentFailure("blocked recipient 42")
+
+
+def reasons() -> list[tuple[str, str]]:
+    return [(e.reason, e.actor) for e in archive.archived_msgs()]
+
+
+def test_a_scan_archives_an_expired_message_as_expired_by_drain() -> None:
+    key = park_aged("q", 31)
+    value = dict(table_rows())[key]
+    assert parked() == []
+    (entry,) = archive.archived_msgs()
+    assert (entry.key, entry.reason, entry.actor, entry.value) == (key, "expired", "drain", value)
+
+
+def test_a_scan_archives_a_corrupt_row_with_its_raw_bytes() -> None:
+    key = b"q\x00" + bytes(15) + b"\x07"
+    insert(key, b"corrupted cbor data")
+    assert parked() == []
+    (entry,) = archive.archived_msgs()
+    assert (entry.key, entry.reason, entry.msg, entry.value) == (
+        key,
+        "corrupt",
+        None,
+        b"corrupted cbor data",
+    )
+
+
+def test_the_expired_messages_of_a_multi_message_row_are_archived_each_alone() -> None:
+    now = GoTime.now().unix_ns
+    old = Message(subject="old", queued_at=GoTime(now - 31 * DAY))
+    live = Message(subject="live", queued_at=GoTime(now))
+    key = insert_at("q", now - 31 * DAY, 1, [old, live])
+    assert parked() == ["live"]
+    (entry,) = archive.archived_msgs()
+    assert (entry.key, entry.reason, entry.value) == (key, "expired", codec.encode_one(old))
+
+
+def test_the_expired_messages_of_a_legacy_row_are_archived_in_their_slots() -> None:
+    now = GoTime.now().unix_ns
+    old = Message(subject="old", queued_at=GoTime(now - 31 * DAY))
+    live = Message(subject="live", queued_at=GoTime(now))
+    insert(b"q", codec.encode([old, live]))
+    assert parked() == ["live"]
+    (entry,) = archive.archived_msgs()
+    assert entry.reason == "expired" and entry.value == codec.encode_one(old)
+    assert archive.restore_msg(entry.key) == entry.key
+    (live_key,) = [k for k, _ in table_rows() if k != entry.key]
+    assert entry.key < live_key  # its place in the order, before the message after it
+
+
+def test_a_queues_own_max_age_decides_what_expires(settings: Any) -> None:
+    settings.DEADLETTER_HANDLERS = {
+        "short": {"handler": "tests.factories.ok_handler", "max_age": timedelta(days=2)}
+    }
+    park_aged("short", 3)
+    park_aged("q", 3)
+    assert parked("short") == [] and parked("q") == ["m1"]
+    assert [(e.queue, e.reason) for e in archive.archived_msgs()] == [("short", "expired")]
+
+
+def drain(queue: str) -> Any:
+    from deadletter.drain import Drainer, DrainOptions
+
+    return Drainer([queue], DrainOptions()).run()
+
+
+def test_a_permanent_failure_in_a_drain_is_archived_as_permanent_by_drain(settings: Any) -> None:
+    settings.DEADLETTER_HANDLERS = {"q": "tests.queue.test_archive.permanent_handler"}
+    (key,) = park("blocked")
+    assert drain("q").dropped["permanent"] == 1
+    assert table_rows() == []
+    (entry,) = archive.archived_msgs()
+    assert (entry.key, entry.reason, entry.actor) == (key, "permanent", "drain")
+
+
+def test_the_attempt_limit_in_a_drain_archives_as_max_attempts_with_the_last_error(
+    settings: Any,
+) -> None:
+    settings.DEADLETTER_HANDLERS = {
+        "q": {"handler": "tests.factories.failing_handler", "max_attempts": 1}
+    }
+    (key,) = park("unreachable")
+    drain("q")
+    assert table_rows() == []
+    (entry,) = archive.archived_msgs()
+    assert (entry.key, entry.reason, entry.actor) == (key, "max_attempts", "drain")
+    assert entry.last_error == "ConnectionError: timeout after 30 s talking to 10.0.0.7:8443"
+    assert entry.msg is not None and entry.msg.extra["Attempts"] == 1
