@@ -16,6 +16,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from deadletter import drain, queue
+from deadletter.api import edits
 from deadletter.api.access import (
     ADD,
     DELETE,
@@ -40,6 +41,7 @@ from deadletter.api.serializers import (
     api_queue_refusal,
 )
 from deadletter.queue import browse, search
+from deadletter.queue import edits as queue_edits
 from deadletter.reports import queues as queue_pages
 from deadletter.reports import summaries
 from deadletter.wire import keys
@@ -210,20 +212,29 @@ def _page(request: Request, asked: dict[str, Any], name: str | None, path: str) 
 
 @method_decorator(drain.outside_request_transactions, name="dispatch")
 class MessageDetail(DeadletterView):
-    """One row by key; DELETE removes it: 204 removed, 404 not there, 503 when the
-    database failed (the row then stays)."""
+    """One row by key, with its `ETag`; DELETE removes it: 204 removed, 404 not there,
+    503 when the database failed (the row then stays); PATCH edits it (`edits`)."""
 
-    permissions = {"DELETE": DELETE}
+    permissions = {"DELETE": DELETE, "PATCH": edits.CHANGE}
 
     @openapi(
-        parameters=[KEY],
+        parameters=[KEY, edits.ETAG],
         responses={200: MessageRowSerializer, 400: BAD, 404: ErrorSerializer, **REFUSALS},
     )
     def get(self, request: Request, key: str) -> Response:
-        row = browse.get_row(_key(key))
-        if row is None:
+        found = queue_edits.tagged_row(_key(key))
+        if found is None:
             raise NotFound("No row with that key.")
-        return Response(MessageRowSerializer(row).data)
+        row, etag = found
+        return Response(MessageRowSerializer(row).data, headers={"ETag": edits.quoted(etag)})
+
+    @openapi(
+        parameters=[KEY, edits.IF_MATCH, edits.ETAG],
+        request=edits.MessageEditSerializer,
+        responses={200: edits.EditedRowSerializer, 400: BAD, **REFUSALS, **edits.RESPONSES},
+    )
+    def patch(self, request: Request, key: str) -> Response:
+        return edits.patch(request, _key(key))
 
     @openapi(
         parameters=[KEY],

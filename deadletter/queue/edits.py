@@ -10,6 +10,7 @@ attempt count and last error, and every key an integration seals
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -24,7 +25,7 @@ from django.db import DatabaseError, transaction
 from deadletter.conf import conf
 from deadletter.exceptions import DeadletterError
 from deadletter.models import ArchivedMessage, HexKey, QueuedMessage
-from deadletter.queue import archive, limits, seals
+from deadletter.queue import archive, browse, limits, seals
 from deadletter.queue.causes import signature_of
 from deadletter.queue.rows import ATTEMPTS_KEY, LAST_ERROR_KEY, QueueingError
 from deadletter.store import sql
@@ -44,6 +45,8 @@ __all__ = [
     "editable_message",
     "etag_of",
     "fixed_keys",
+    "tagged_row",
+    "row_value",
     "shown",
 ]
 
@@ -97,6 +100,28 @@ class Edited:
 def etag_of(value: bytes) -> str:
     """A strong ETag of a row's stored bytes: any change to them changes it."""
     return hashlib.sha256(bytes(value)).hexdigest()[:_ETAG_CHARS]
+
+
+def row_value(key: bytes) -> bytes | None:
+    """The stored bytes of row `key` (what its ETag is of); None when it is gone."""
+    rows = QueuedMessage.objects.using(conf.DATABASE).filter(key=bytes(key))
+    found = rows.values_list("value", flat=True).first()
+    return None if found is None else bytes(found)
+
+
+def tagged_row(key: bytes) -> tuple[browse.Row, str] | None:
+    """Row `key` as the API shows it and its ETag, from one read (so the tag is of
+    what is shown); None when it is gone."""
+    value = row_value(key)
+    if value is None:
+        return None
+    size = len(value)
+    msgs: list[Message] | None = None
+    too_large = browse.is_too_large(key, size)
+    if not too_large:
+        with contextlib.suppress(codec.CodecError):
+            msgs = codec.decode(value)
+    return browse.Row(bytes(key), msgs, size, too_large), etag_of(value)
 
 
 def fixed_keys() -> dict[str, str]:
