@@ -56,7 +56,7 @@ SUFFIX = ".inflight"
 SLOT = 512
 """Bytes a slot takes: a divisor of the page size, so a slot's write never spans two pages."""
 _HEAD = struct.Struct(">IqHB")  # CRC32 of the rest, start (ns), key length, actor length
-_EMPTY = bytes(_HEAD.size)
+_EMPTY = bytes(SLOT)
 _ACTOR_BYTES = SLOT - _HEAD.size - KEY_BYTES
 
 
@@ -102,7 +102,8 @@ class Journal:
         return slot
 
     def leave(self, slot: int | None) -> None:
-        """Clear `slot`: its handler returned or raised."""
+        """Clear `slot` (the whole of it: no key is left behind): its handler returned
+        or raised."""
         if slot is None:
             return
         try:

@@ -21,6 +21,7 @@ from deadletter.drain.report import Outcome
 from deadletter.drain.timeouts import HandlerTimeout, HungHandlers, call_within
 from deadletter.exceptions import NeedsOperator, PermanentFailure
 from deadletter.queue import claims, history
+from deadletter.queue.archive_write import ACTOR_DRAIN
 from deadletter.queue.claims import dequeue_claimed, handler_savepoint
 from deadletter.queue.history import AttemptOutcome
 from deadletter.queue.rows import ATTEMPTS_KEY, LAST_ERROR_KEY, DropReason
@@ -42,6 +43,8 @@ __all__ = [
 logger = logging.getLogger("deadletter")
 
 LAST_ERROR_LIMIT = history.ERROR_LIMIT
+RETRY_ACTOR = "retry:"
+"""How an operator's retry names its user in the history: `retry:<user name>`."""
 HELD_MARK = f"{NeedsOperator.__name__}: "
 """How `LastError` starts for a message kept for an operator, whatever the
 subclass of `NeedsOperator` raised: what the admin and the causes go by."""
@@ -145,7 +148,13 @@ def deliver(
             Outcome.PERMANENT,
             _recorded(
                 item.key,
-                lambda: claims.drop_msg(item.key, item.msg, DropReason.PERMANENT),
+                lambda: claims.drop_msg(
+                    item.key,
+                    item.msg,
+                    DropReason.PERMANENT,
+                    actor=_archive_actor(attempt.actor),
+                    error=error,
+                ),
                 attempt,
                 AttemptOutcome.PERMANENT,
                 error,
@@ -187,6 +196,12 @@ def settle_killed(
     )
     max_attempts = policy.max_attempts if policy is not None else None
     return _failed(item, exc, max_attempts, policy, _Try(at, None, actor), AttemptOutcome.KILLED)
+
+
+def _archive_actor(actor: str) -> str:
+    """Who the archive names for a drop: the user of a retry (`retry:<user>`), else the drain."""
+    user = actor.removeprefix(RETRY_ACTOR)
+    return user if user != actor and user else ACTOR_DRAIN
 
 
 def _tried(ran: float | None, actor: str) -> _Try:
@@ -291,7 +306,13 @@ def _failed(
             Outcome.MAX_ATTEMPTS,
             _recorded(
                 item.key,
-                lambda: claims.drop_msg(item.key, msg, DropReason.MAX_ATTEMPTS),
+                lambda: claims.drop_msg(
+                    item.key,
+                    msg,
+                    DropReason.MAX_ATTEMPTS,
+                    actor=_archive_actor(attempt.actor),
+                    error=error,
+                ),
                 attempt,
                 AttemptOutcome.MAX_ATTEMPTS,
                 error,
