@@ -194,7 +194,7 @@ def test_sealed_and_kept_keys_are_shown_read_only_and_say_why(admin_client) -> N
     assert "it anchors the age limit" in page.text
     disabled = {i["name"] for i in form["inputs"] if "disabled" in i}
     assert len(disabled) == 3  # first failure, TaskArgs, Attempts
-    tampered = {name: "[2]" for name in disabled}
+    tampered = dict.fromkeys(disabled, "[2]")
     page.press(admin_client, form, "Save", subject="changed", **tampered)
     msg = codec.decode(dict(table_rows())[key])[0]
     assert (msg.subject, msg.extra) == ("changed", {capture.TASK_ARGS: [1], "Attempts": 3})
