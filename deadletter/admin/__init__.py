@@ -3,8 +3,9 @@
 Rows are listed in key order (the order messages were parked, oldest first)
 straight off the primary-key index, a page at a time by key, never counted;
 the key travels in URLs and forms as hex because the model's key field says
-so (`models.HexKeyField`). Deleting goes through `queue.dequeue` and retrying
-through `drain.redeliver`, so signals and logs match the drain's; bulk work is
+so (`models.HexKeyField`). Deleting goes through `archive.discard` (the message
+kept in Archived messages, `admin.archive`, unless its queue's archive is off)
+and retrying through `drain.redeliver`, so signals and logs match the drain's; bulk work is
 chunked and bounded in time (`bulk`), and the views that do it run outside the
 request's transaction (`drain.outside_request_transactions`), each row settled
 on its own. The queue overview (`overview`) adds per-queue ages, expiries and
@@ -33,6 +34,7 @@ from django.views.decorators.http import require_POST
 
 from deadletter import drain
 from deadletter.admin import (  # noqa: F401
+    archive,
     bulk,
     edits,
     overview,
@@ -46,7 +48,8 @@ from deadletter.admin.timeline import timeline_html
 from deadletter.conf import conf
 from deadletter.models import HexKey, QueuedMessage
 from deadletter.queue import browse, search
-from deadletter.wire import gotime
+from deadletter.queue.archive import discard
+from deadletter.wire import gotime, keys
 
 KEY_LOOKUPS = frozenset({"key", "key__exact", "key__gt", "key__gte", "key__lt", "key__lte"})
 
@@ -136,6 +139,7 @@ class QueuedMessageAdmin(admin.ModelAdmin):
         context = {
             "overview_url": reverse("admin:deadletter_overview"),
             "redrive_url": redrives.plan_link(request),
+            "archive_url": archive.archive_link(request),
             **(extra_context or {}),
         }
         return super().changelist_view(request, context)
@@ -274,19 +278,27 @@ class QueuedMessageAdmin(admin.ModelAdmin):
         """Delete the selection through `queue.dequeue` after a confirmation page
         that names the rows (or, for "all matching", the filter and a sample)."""
         if request.POST.get("post") == "yes":
-            progress = bulk.delete(queryset, lambda chunk: self._log_deleted(request, chunk))
+            progress = bulk.delete(
+                queryset,
+                lambda chunk: self._log_deleted(request, chunk),
+                actor=request.user.get_username(),
+            )
             text = f"Successfully deleted {progress.done} queued message(s)."
             if progress.left:
-                text += (
-                    f" Stopped after the time budget: {progress.left_text} left; "
-                    "select them again to go on."
-                )
+                why = "the database failed" if progress.stopped_by else "after the time budget"
+                text += f" Stopped {why}: {progress.left_text} left; select them again to go on."
             self.message_user(
                 request, text, messages.WARNING if progress.left else messages.SUCCESS
             )
             return None
         select_across = request.POST.get("select_across") == "1"
         sample = list(queryset.order_by("key")[:20])
+        chosen = request.POST.getlist(helpers.ACTION_CHECKBOX_NAME)
+        queue = request.GET.get(QueueFilter.parameter_name) or None
+        fate = archive.fate(
+            ([queue] if queue else None) if select_across else _queues_of(chosen),
+            one=not select_across and len(chosen) == 1,
+        )
         context = {
             **self.admin_site.each_context(request),
             "title": "Are you sure?",
@@ -296,6 +308,7 @@ class QueuedMessageAdmin(admin.ModelAdmin):
             "selected": request.POST.getlist(helpers.ACTION_CHECKBOX_NAME),
             "chosen": len(request.POST.getlist(helpers.ACTION_CHECKBOX_NAME)),
             "matching": bulk.matching(queryset) if select_across else None,
+            "fate": fate,
             "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
             "form_url": request.get_full_path(),
         }
@@ -331,13 +344,16 @@ class QueuedMessageAdmin(admin.ModelAdmin):
         )
         return HttpResponseRedirect(url)
 
-    def delete_model(self, request: HttpRequest, obj: QueuedMessage) -> None:
-        from deadletter import queue
+    def delete_view(self, request: HttpRequest, object_id: str, extra_context: Any = None) -> Any:
+        """Django's delete page, saying where the message goes (`archive.fate`)."""
+        context = {"fate": archive.fate(_queues_of([object_id]), one=True), **(extra_context or {})}
+        return super().delete_view(request, object_id, context)
 
-        queue.dequeue(obj.key_bytes)
+    def delete_model(self, request: HttpRequest, obj: QueuedMessage) -> None:
+        discard(obj.key_bytes, actor=request.user.get_username())
 
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[QueuedMessage]) -> None:
-        bulk.delete(queryset, lambda chunk: None)
+        bulk.delete(queryset, lambda chunk: None, actor=request.user.get_username())
 
     # -- columns
 
@@ -443,6 +459,17 @@ RETRY_OUTCOMES = {
     drain.Outcome.EXPIRED: "dropped (expired)",
     drain.Outcome.CORRUPT: "dropped (corrupt)",
 }
+
+
+def _queues_of(texts: list[str]) -> list[str]:
+    """The queues of the keys an action or a URL names in hex (none of a bad one)."""
+    found = []
+    for text in texts:
+        try:
+            found.append(keys.queue_of(keys.from_text(unquote(text))))
+        except ValueError:
+            continue
+    return found
 
 
 def _current(key: bytes) -> Any:

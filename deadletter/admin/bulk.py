@@ -1,6 +1,6 @@
 """Bulk work from the admin, bounded: keys are read a chunk at a time by key
-(never every selected key in one list), each row is settled in its own short
-transaction (never one over the whole set), and a request stops after
+(never every selected key in one list), each row (a delete: each chunk) is
+settled in its own short transaction (never one over the whole set), and a request stops after
 `DEADLETTER_ADMIN_TIME_BUDGET` seconds, saying what is left; a retry's handler
 still running then is given up on (`drain.redeliver`'s deadline).
 """
@@ -8,17 +8,24 @@ still running then is given up on (`drain.redeliver`'s deadline).
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 from collections.abc import Callable, Iterator
 
+from django.db import DatabaseError
 from django.db.models import QuerySet
 
-from deadletter import drain, queue
+from deadletter import drain
 from deadletter.conf import conf
 from deadletter.models import QueuedMessage
+from deadletter.queue import archive
 
 CHUNK = 500
+# `Progress.stopped_by` when a chunk failed in the database (nothing of it changed).
+DATABASE_FAILED = "database failed"
 LEFT_CAP = 100_000
+
+logger = logging.getLogger("deadletter")
 
 
 @dataclasses.dataclass
@@ -101,14 +108,28 @@ def run_bounded(
     return progress
 
 
-def delete(queryset: QuerySet[QueuedMessage], log: Callable[[list[bytes]], None]) -> Progress:
-    """Dequeue every selected row (signals and logs as a drain's), `log` per chunk."""
+def delete(
+    queryset: QuerySet[QueuedMessage], log: Callable[[list[bytes]], None], *, actor: str
+) -> Progress:
+    """An operator's delete of every selected row: each chunk archived and deleted
+    in one transaction (`archive.discard_many`, by `actor`; dequeued as before
+    where the queue's archive is off), signals as a drain's, `log` per chunk."""
+
+    failed = False
 
     def work(chunk: list[bytes], deadline: float) -> tuple[int, int]:
+        nonlocal failed
         log(chunk)
-        return sum(1 for key in chunk if queue.dequeue(key)), 0
+        try:
+            return archive.discard_many(chunk, actor=actor), 0
+        except DatabaseError:
+            logger.exception("bulk delete failed chunk=%d actor=%s", len(chunk), actor)
+            failed = True
+            return 0, len(chunk)
 
-    return run_bounded(queryset, work)
+    progress = run_bounded(queryset, work)
+    progress.stopped_by = DATABASE_FAILED if failed else None
+    return progress
 
 
 def retry(
