@@ -28,7 +28,7 @@ from django.utils.http import urlencode
 from django.utils.safestring import SafeString
 
 from deadletter import drain
-from deadletter.admin import archive_changelist, rows
+from deadletter.admin import archive_changelist, rows, timeline
 from deadletter.admin.archive_changelist import ArchiveChangeList
 from deadletter.admin.bulk import CHUNK
 from deadletter.conf import conf
@@ -413,8 +413,10 @@ class ArchivedMessageAdmin(admin.ModelAdmin):
         return rows.messages_html(row_of(obj))
 
     @admin.display(description="attempts")
-    def attempts(self, obj: ArchivedMessage) -> Any:
-        return rows.EMPTY
+    def attempts(self, obj: ArchivedMessage) -> SafeString:
+        """The key's attempt timeline: the history is kept by key, so it is the
+        message's as it was when it left."""
+        return timeline.timeline_html(bytes(obj.key))
 
 
 def _entry_chunks(queryset: QuerySet[ArchivedMessage]) -> Iterator[list[ArchivedMessage]]:

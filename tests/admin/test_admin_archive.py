@@ -12,6 +12,7 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
+from deadletter import drain
 from deadletter.models import ArchivedMessage, QueuedMessage
 from deadletter.queue import archive, archive_pages
 from tests.admin.test_admin import CHANGELIST, Page, open_page, page_keys
@@ -69,6 +70,20 @@ def test_a_message_deleted_from_its_page_is_archived_with_reason_and_user(admin_
     page = open_page(admin_client, entry_link(listing, entry))
     assert "gone" in page.text and "Deleted</b> by admin" in page.text
     assert key.hex() in page.text
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_page_of_an_archived_message_shows_its_attempts(admin_client, settings) -> None:
+    settings.DEADLETTER_HANDLERS = {"q": "tests.factories.failing_handler"}
+    settings.DEADLETTER_MAX_ATTEMPTS = 2
+    (key,) = park("doomed")
+    for _ in range(2):
+        drain.Drainer(["q"], drain.DrainOptions(ignore_backoff=True)).run()
+    (entry,) = ArchivedMessage.objects.all()
+    assert (entry.reason, entry.actor) == ("max_attempts", "drain")
+    page = open_page(admin_client, entry_link(archived(admin_client), entry))
+    assert "Max Attempts</b> by drain" in page.text
+    assert page.text.count("ConnectionError") >= 2  # the timeline's rows and the last error
 
 
 def test_the_archive_link_carries_the_live_lists_queue_filter(admin_client) -> None:
