@@ -97,6 +97,7 @@ def _context(model_admin: QueuedMessageAdmin, request: HttpRequest, **extra: Any
         "has_drain_permission": model_admin.has_drain_permission(request),
         "overview_url": reverse("admin:deadletter_overview"),
         "changelist_url": reverse("admin:deadletter_queuedmessage_changelist"),
+        "archive_url": reverse("admin:deadletter_archivedmessage_changelist"),
         **extra,
     }
 

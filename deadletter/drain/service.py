@@ -13,7 +13,8 @@ Between two passes the service runs stored redrives (`redrive_turns.redrive_turn
 planned ones, and running ones whose runner is gone, for the time the interval
 leaves (at least `REDRIVE_TURN` seconds), then hands the one in progress back as
 planned and makes its next pass. So a long redrive never holds the queues' own
-drain back by more than a turn, and another service may carry it on.
+drain back by more than a turn, and another service may carry it on. Then the
+archive's retention (`archive_retention.purge`) gets up to `PURGE_TURN` seconds.
 """
 
 from __future__ import annotations
@@ -34,10 +35,12 @@ from deadletter.drain.report import DrainReport
 from deadletter.drain.run import Drainer
 from deadletter.drain.timeouts import seconds_of
 from deadletter.queue import search
+from deadletter.queue.archive_retention import purge
 from deadletter.store import reconnect, sql
 
 __all__ = [
     "DEFAULT_INTERVAL",
+    "PURGE_TURN",
     "RECONNECT_PAUSE",
     "REDRIVE_TURN",
     "ServiceReport",
@@ -55,6 +58,10 @@ must not spin on it)."""
 
 REDRIVE_TURN = 5.0
 """The least time a turn of redrives gets between two passes (`--interval 0` too)."""
+
+PURGE_TURN = 2.0
+"""The most time the archive's retention gets between two passes: a backlog of
+expired entries goes over several, never holding the next pass back long."""
 
 UNREACHABLE = "database unreachable"
 """`ServiceReport.stopped_by` when the outage limit ended the service."""
@@ -163,6 +170,7 @@ def serve(
         turn_began = time.monotonic()
         total.redrives += _redrives(drainer, max(interval, REDRIVE_TURN))
         sweep_at = _search_upkeep(sweep_at)
+        _purge_archive()
         if passes is not None and total.passes >= passes:
             break
         drainer.pause_between_passes(max(0.0, interval - (time.monotonic() - turn_began)))
@@ -193,6 +201,15 @@ def _search_upkeep(sweep_at: search.SweepCursor) -> search.SweepCursor:
     if indexed or removed:
         logger.info("search index rows_indexed=%s postings_swept=%s", indexed, removed)
     return sweep_at
+
+
+def _purge_archive() -> None:
+    """The archive's entries past their queue's `archive_for`, for `PURGE_TURN` seconds."""
+    try:
+        purge(deadline=time.monotonic() + PURGE_TURN)
+    except DatabaseError:
+        logger.exception("drain service could not purge the archive")
+        reconnect.close_if_lost(sql.connection())
 
 
 def _gave_up(exc: DatabaseError, down_for: float, limit: float) -> str:

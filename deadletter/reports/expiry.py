@@ -19,6 +19,7 @@ from django.db import transaction
 
 from deadletter import signals
 from deadletter.conf import conf
+from deadletter.queue import limits
 from deadletter.reports.stats import expiring_rows
 from deadletter.store import scans, sql
 from deadletter.store.counters import WARNING_TABLE
@@ -30,26 +31,34 @@ logger = logging.getLogger("deadletter")
 
 
 def warn_expiring(queues: Iterable[str] | None = None, *, now_ns: int | None = None) -> int:
-    """Warn about every message of `queues` (all when None) that the age limit will
+    """Warn about every message of `queues` (all when None) that its queue's age limit will
     drop within `DEADLETTER_EXPIRY_WARNING` and was not warned about before;
     returns how many were warned now (0 when the setting is unset)."""
     horizon = conf.EXPIRY_WARNING
     if horizon is None:
         return 0
     now = time.time_ns() if now_ns is None else now_ns
-    max_age = conf.MAX_QUEUE_AGE
-    threshold = now - gotime.duration_ns(max_age) + gotime.duration_ns(horizon)
+
+    def threshold_of(name: str) -> int:
+        """Before this, a first failure of `name` expires within the horizon."""
+        return now - gotime.duration_ns(limits.max_age(name)) + gotime.duration_ns(horizon)
+
     connection = sql.connection()
     if queues is None:
         heads = scans.queue_heads(connection)
-        names = [keys.queue_of(head) for head in heads if _may_expire(head, threshold)]
+        names = [
+            keys.queue_of(head)
+            for head in heads
+            if _may_expire(head, threshold_of(keys.queue_of(head)))
+        ]
     else:
         names = list(queues)
     warned_at = gotime.utc_datetime(now)
     warned = 0
     _forget_gone(connection)
     for name in names:
-        for key, msg in expiring_rows(connection, name, threshold):
+        max_age = limits.max_age(name)
+        for key, msg in expiring_rows(connection, name, threshold_of(name)):
             if msg is None or msg.queued_at is None:
                 continue
             with transaction.atomic(using=connection.alias), connection.cursor() as cursor:

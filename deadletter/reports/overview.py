@@ -16,6 +16,7 @@ from typing import Any
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from deadletter.conf import conf
+from deadletter.models import ArchivedMessage
 from deadletter.queue import age
 from deadletter.queue.api import queue_names
 from deadletter.queue.waiting import last_passes
@@ -89,7 +90,9 @@ class QueueOverview:
     older first failure, is counted once its new key is that old. `waiting`
     counts the messages a backoff holds back at `now`; `paused` says whether
     the last drain pass stopped the queue by its breaker; `no_handler` that rows
-    are parked for which the drain has no handler.
+    are parked for which the drain has no handler; `archived` counts the queue's
+    archive entries (on the archive's queue index, in the same statement). Max
+    age is the queue's own (`limits.max_age`).
     """
 
     name: str
@@ -103,6 +106,7 @@ class QueueOverview:
     waiting: Count = Count(0, False)
     paused: bool = False
     no_handler: bool = False  # rows are parked and DEADLETTER_HANDLERS names no handler
+    archived: Count = Count(0, False)  # the queue's entries in the archive
 
 
 def signatures(limit: int = MAX_CAUSES) -> list[str]:
@@ -178,11 +182,12 @@ def overview(
     figure a capped key-range count or one seek (see `QueueOverview`)."""
     now = now or datetime.now(UTC)
     horizon = summaries.horizon_or_default(horizon)
-    expired_before = age.cutoff_ns(gotime.epoch_ns(now))
-    expiring_before = expired_before + gotime.duration_ns(horizon)
+    now_ns = gotime.epoch_ns(now)
+    ahead = gotime.duration_ns(horizon)
     if names is None:
         names = queue_names()
     connection, table, key = _cursor()
+    archive = sql.quoted(connection, ArchivedMessage._meta.db_table)
     in_range = f"{key} >= %s AND {key} < %s"
     head = f"FROM {table} WHERE {in_range} ORDER BY {key} LIMIT 1"
     # Named: MySQL names a derived table's columns by their text with the
@@ -198,6 +203,7 @@ def overview(
                 f"(SELECT {key} {head})",
                 f"(SELECT value {head})",
                 _capped_sql(table, f"due_at > %s AND {in_range}"),
+                _capped_sql(archive, "queue = %s"),
             ]
         )
     )
@@ -206,11 +212,14 @@ def overview(
     for name in names:
         prefix = keys.encode_queue_name(name)
         low, high = keys.message_bounds(name)
+        expired_before = age.cutoff_ns(now_ns, queue=name)
+        expiring_before = expired_before + ahead
         params: list[Any] = [prefix, high]
         params += [low, _key_before(prefix, expiring_before)]
         params += [low, _key_before(prefix, expired_before)]
         params += [prefix, low, high, low, high]
         params += [due_now, low, high]
+        params += [name]
         selects.append((columns, params))
     with connection.cursor() as cursor:
         found = _union_rows(cursor, selects)
@@ -230,8 +239,9 @@ def overview(
             waiting=_count(waiting),
             paused=name in passes and passes[name].paused,
             no_handler=bool(depth) and name not in handlers,
+            archived=_count(archived),
         )
-        for name, (depth, expiring, expired, legacy, key, value, waiting) in zip(
+        for name, (depth, expiring, expired, legacy, key, value, waiting, archived) in zip(
             names, found, strict=True
         )
     ]

@@ -18,12 +18,17 @@ What each figure costs:
 * attempts histogram: the oldest `ATTEMPTS_SAMPLE` rows of each queue (the
   ones retried longest), or every row when `attempts_sample` is None, a full
   scan at the decode rate (about 300,000 rows a second);
-* drops: the persistent counters of `models.DropCount`.
+* drops: the persistent counters of `models.DropCount`;
+* archived: the archive's entries of each queue, one grouped count on the
+  archive's (queue, archived_at, id) index for all the queues listed.
+
+A queue's age figures go by its own age limit (`limits.max_age`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import time
 from collections.abc import Iterable, Iterator
 from datetime import datetime, timedelta
@@ -32,7 +37,9 @@ from typing import Any
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from deadletter.conf import conf
-from deadletter.models import DROP_TABLE
+from deadletter.models import DROP_TABLE, ArchivedMessage
+from deadletter.queue import limits
+from deadletter.queue.archive_retention import archived_counts, archived_queues
 from deadletter.queue.rows import attempts_of
 from deadletter.queue.waiting import last_passes, waiting
 from deadletter.reports import queues as queue_pages
@@ -85,6 +92,7 @@ class QueueStats:
     dropped: dict[str, int]
     waiting: int = 0  # messages a backoff holds back now
     paused: bool = False  # the last drain pass stopped the queue by its breaker
+    archived: int = 0  # entries in the archive (`queue.archive`)
 
     def as_dict(self) -> dict[str, Any]:
         """Plain JSON: times as RFC 3339 text (to the nanosecond for message times)."""
@@ -103,6 +111,7 @@ class QueueStats:
             "dropped": dict(self.dropped),
             "waiting": self.waiting,
             "paused": self.paused,
+            "archived": self.archived,
         }
 
 
@@ -156,14 +165,19 @@ def collect(
     if queues is None:
         statuses = summaries.queue_statuses()
         dropped = drop_counts(connection)
+        archived = archived_counts()
         named = {s.name for s in statuses}
-        statuses += [summaries.QueueStatus(n, 0, None, None) for n in dropped if n not in named]
+        statuses += [
+            summaries.QueueStatus(n, 0, None, None)
+            for n in sorted(set(dropped) | set(archived))
+            if n not in named
+        ]
         statuses.sort(key=lambda s: keys.encode_queue_name(s.name))
     else:
         names = list(dict.fromkeys(queues))
         statuses = [summaries.queue_status(n) for n in names]
         dropped = drop_counts(connection, names)
-    threshold = now - gotime.duration_ns(max_age) + gotime.duration_ns(horizon)
+        archived = archived_counts(names)
     passes = last_passes([s.name for s in statuses])
     result = [
         _queue_stats(
@@ -171,9 +185,10 @@ def collect(
             s,
             dropped.get(s.name),
             now,
-            threshold,
+            now - gotime.duration_ns(limits.max_age(s.name)) + gotime.duration_ns(horizon),
             attempts_sample,
             paused=s.name in passes and passes[s.name].paused,
+            archived=archived.get(s.name, 0),
         )
         for s in statuses
     ]
@@ -182,20 +197,27 @@ def collect(
 
 def listed_queues(limit: int) -> tuple[list[str], bool]:
     """The queues a capped report lists, in key order: every queue of
-    `DEADLETTER_HANDLERS` that holds a row or has dropped one (the project names
-    them, not its clients) and the first `limit` other such queues; and whether
-    any queue was left out. About `limit` index seeks plus one per handler."""
+    `DEADLETTER_HANDLERS` that holds a row, has dropped one or has archive entries
+    (the project names them, not its clients) and the first `limit` other such
+    queues; and whether any queue was left out. About `limit` index seeks (on the
+    queue table and the archive's queue index) plus one per handler."""
     connection = sql.connection()
     configured = [n for n in conf.HANDLERS if _valid(n)]
     held = [name for name in configured if queue_pages.holds_a_row(name)]
     dropped = drop_counts(connection, configured) if configured else {}
-    listed = set(held) | set(dropped)
+    kept = [n for n, count in archived_counts(configured).items() if count]
+    listed = set(held) | set(dropped) | set(kept)
     page = queue_pages.page_after(None, limit + len(configured))
     others = [n for n in page.names if n not in conf.HANDLERS]
     dropping = [
         n for n in drop_queues(connection, limit + len(configured)) if n not in conf.HANDLERS
     ]
-    merged = sorted(set(others) | set(dropping), key=keys.encode_queue_name)
+    keeping = [
+        n
+        for n in itertools.islice(archived_queues(), limit + len(configured))
+        if n not in conf.HANDLERS
+    ]
+    merged = sorted(set(others) | set(dropping) | set(keeping), key=keys.encode_queue_name)
     left_out = len(merged) > limit or page.more_after
     return sorted(listed | set(merged[:limit]), key=keys.encode_queue_name), left_out
 
@@ -252,6 +274,10 @@ def _collect_listed(
         attempts_rows=0,
         dropped=dropped,
         waiting=max(0, everything.waiting - sum(q.waiting for q in result)),
+        archived=max(
+            0,
+            ArchivedMessage.objects.using(conf.DATABASE).count() - sum(q.archived for q in result),
+        ),
     )
     return dataclasses.replace(listed, totals=_totals([*result, others]), others=others)
 
@@ -287,6 +313,7 @@ def _queue_stats(
     attempts_sample: int | None,
     *,
     paused: bool,
+    archived: int = 0,
 ) -> QueueStats:
     expiring, complete = 0, True
     if status.depth:
@@ -312,6 +339,7 @@ def _queue_stats(
         dropped=dict(dropped) if dropped else dict.fromkeys(DROP_REASONS, 0),
         waiting=waiting(status.name, gotime.utc_datetime(now)).count if status.depth else 0,
         paused=paused,
+        archived=archived,
     )
 
 
@@ -375,6 +403,7 @@ def _totals(queues: list[QueueStats]) -> QueueStats:
         dropped=dropped,
         waiting=sum(q.waiting for q in queues),
         paused=any(q.paused for q in queues),
+        archived=sum(q.archived for q in queues),
     )
 
 

@@ -139,7 +139,7 @@ class Command(DatabaseCommand):
     def _table(self, figures: stats.Stats) -> str:
         horizon = age(figures.horizon.total_seconds())
         head = ["queue", "depth", "oldest parked", "oldest failed", f"expiring <{horizon}"]
-        head += ["waiting", "paused"]
+        head += ["waiting", "paused", "archived"]
         head += [r.replace("_", " ") for r in DROP_REASONS]
         rows = [self._row(q) for q in figures.queues]
         if figures.others is not None:
@@ -154,8 +154,9 @@ class Command(DatabaseCommand):
         note = ""
         if figures.others is not None:
             note = (
-                f"\n\n{OTHERS}: the queues past --limit, summed (depth, waiting and drops; "
-                "their ages, expiring and attempts are not read). --limit all lists every queue."
+                f"\n\n{OTHERS}: the queues past --limit, summed (depth, waiting, archived "
+                "and drops; their ages, expiring and attempts are not read). --limit all lists "
+                "every queue."
             )
         return table + "\n\n" + self._align(attempts) + note
 
@@ -169,6 +170,7 @@ class Command(DatabaseCommand):
             expiring,
             str(q.waiting),
             "yes" if q.paused else "no",
+            str(q.archived),
             *(str(q.dropped.get(r, 0)) for r in DROP_REASONS),
         ]
 
