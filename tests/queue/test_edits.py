@@ -15,7 +15,7 @@ from django.db import connections
 from deadletter.contrib.celery import capture as celery_capture
 from deadletter.contrib.tasks import capture as tasks_capture
 from deadletter.models import ArchivedMessage
-from deadletter.queue import archive, dequeue, edits, seals
+from deadletter.queue import archive, claims, dequeue, edits, seals
 from deadletter.wire import codec
 from deadletter.wire.gotime import GoTime
 from deadletter.wire.messages import Message
@@ -206,3 +206,36 @@ def test_two_concurrent_edits_with_one_etag_one_wins_one_is_refused() -> None:
     assert codec.decode(row_value(key))[0].subject == won[0]
     entries = list(ArchivedMessage.objects.filter(key=key))
     assert [(bytes(e.value), e.actor) for e in entries] == [(before, won[0])]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_on_a_server_a_row_a_drain_holds_is_a_conflict_not_a_wait() -> None:
+    """A drain holds its row locked while the handler runs: an edit then would be
+    overwritten by the attempt's record, so it is refused at once."""
+    if not claims.can_claim_rows():
+        pytest.skip("SQLite: one writer at a time, the edit waits for the write lock")
+    (key,) = park("held")
+    before = row_value(key)
+    msg = codec.decode(before)[0]
+    locked, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        try:
+            with claims.atomic():
+                assert claims.fetch_msg(key) is not None  # locked FOR UPDATE SKIP LOCKED
+                locked.set()
+                release.wait(30)
+        finally:
+            connections.close_all()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert locked.wait(30)
+        with pytest.raises(edits.EditConflict, match="holds the message"):
+            edits.edit_msg(key, msg.replace(subject="x"), expected=edits.etag_of(before), actor="a")
+    finally:
+        release.set()
+        holder.join(30)
+    assert row_value(key) == before
+    assert not ArchivedMessage.objects.exists()
