@@ -1,5 +1,6 @@
 """The queue's endpoints: thin edges over `reports.summaries` and `queue.browse` (reads),
-`queue.store_failed_msgs` (park) and `queue.remove_msg` (delete)."""
+`queue.store_failed_msgs` (park) and `archive.discard` (delete: the message kept in
+the archive, unless its queue's archive is off)."""
 
 from __future__ import annotations
 
@@ -42,6 +43,7 @@ from deadletter.api.serializers import (
 )
 from deadletter.queue import browse, search
 from deadletter.queue import edits as queue_edits
+from deadletter.queue.archive import discard
 from deadletter.reports import queues as queue_pages
 from deadletter.reports import summaries
 from deadletter.wire import keys
@@ -212,8 +214,9 @@ def _page(request: Request, asked: dict[str, Any], name: str | None, path: str) 
 
 @method_decorator(drain.outside_request_transactions, name="dispatch")
 class MessageDetail(DeadletterView):
-    """One row by key, with its `ETag`; DELETE removes it: 204 removed, 404 not there,
-    503 when the database failed (the row then stays); PATCH edits it (`edits`)."""
+    """One row by key, with its `ETag`; DELETE removes it (into the archive, by the
+    user): 204 removed, 404 not there, 503 when the database failed (the row then
+    stays); PATCH edits it (`edits`)."""
 
     permissions = {"DELETE": DELETE, "PATCH": edits.CHANGE}
 
@@ -241,7 +244,7 @@ class MessageDetail(DeadletterView):
         responses={204: None, 400: BAD, 404: ErrorSerializer, **REFUSALS},
     )
     def delete(self, request: Request, key: str) -> Response:
-        outcome = queue.remove_msg(_key(key))
+        outcome = discard(_key(key), actor=request.user.get_username())
         if outcome is queue.Removal.ABSENT:
             raise NotFound("No row with that key.")
         if outcome is queue.Removal.FAILED:
