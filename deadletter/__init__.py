@@ -25,12 +25,14 @@ __all__ = [
     "Removal",
     "adequeue",
     "afetch_failed_msgs",
+    "archived_msgs",
     "aremove_msg",
     "astore_failed_msgs",
     "dequeue",
     "fetch_failed_msgs",
     "iter_failed_msgs",
     "remove_msg",
+    "restore_msg",
     "store_failed_msgs",
 ]
 

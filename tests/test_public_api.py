@@ -32,6 +32,8 @@ PUBLIC = [
     "QueueingError",
     "DeadletterError",
     "MAX_QUEUE_AGE",
+    "archived_msgs",
+    "restore_msg",
 ]
 
 
@@ -45,6 +47,7 @@ def test_the_public_modules_keep_their_names() -> None:
     from deadletter import drain, models, queue
 
     assert queue.store_failed_msgs is deadletter.store_failed_msgs
+    assert queue.restore_msg is deadletter.restore_msg is queue.archive.restore_msg
     assert drain.Drainer and drain.deliver and drain.redeliver
     assert models.QueuedMessage._meta.db_table == "deadletter_queuedmessage"
 
@@ -57,6 +60,7 @@ def test_the_management_commands_keep_their_names() -> None:
         "deadletter_export_kv",
         "deadletter_import_kv",
         "deadletter_load",
+        "deadletter_purge",
         "deadletter_redrive",
         "deadletter_stats",
     }

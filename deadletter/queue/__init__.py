@@ -5,7 +5,8 @@ job: `api` (the public calls: store, fetch, iterate, dequeue, remove, their
 async twins), `rows` (the rules a read applies: age, split, stamp, drop;
 `DropReason`), `claims` (what the drain needs to claim and settle a message),
 `browse` (rows as they are, for operators), `age`, `causes`, `legacy` and
-`seals`. The public calls, and only they, are importable from here; the drain,
+`seals`; `archive` (what left a queue other than by delivery, and restoring it).
+The public calls, and only they, are importable from here; the drain,
 the admin and the contrib apps import the rest from the module that defines it.
 """
 
@@ -26,6 +27,7 @@ from deadletter.queue.api import (
     remove_msg,
     store_failed_msgs,
 )
+from deadletter.queue.archive import archived_msgs, restore_msg
 from deadletter.queue.rows import Queued, QueueingError
 
 __all__ = [
@@ -35,12 +37,14 @@ __all__ = [
     "Removal",
     "adequeue",
     "afetch_failed_msgs",
+    "archived_msgs",
     "aremove_msg",
     "astore_failed_msgs",
     "dequeue",
     "fetch_failed_msgs",
     "iter_failed_msgs",
     "remove_msg",
+    "restore_msg",
     "store_failed_msgs",
 ]
 
