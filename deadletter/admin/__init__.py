@@ -202,18 +202,7 @@ class QueuedMessageAdmin(admin.ModelAdmin):
                 request, gone % {"name": self.opts.verbose_name, "key": key}, messages.WARNING
             )
             return HttpResponseRedirect(reverse("admin:index", current_app=self.admin_site.name))
-        try:
-            deadline = time.monotonic() + conf.ADMIN_TIME_BUDGET
-            report = drain.redeliver(
-                [obj.key_bytes],
-                deadline=deadline,
-                on_outcome=self._logger_of_retries(request),
-                actor=f"retry:{request.user.get_username()}",
-            )
-        except (drain.DrainConfigError, drain.DrainLocked) as exc:
-            self.message_user(request, str(exc), messages.ERROR)
-        else:
-            self.message_user(request, retried_text(report), retried_level(report))
+        self._retry_one(request, obj.key_bytes)
         context: dict[str, Any] = {
             "preserved_filters": self.get_preserved_filters(request),
             "opts": self.opts,
@@ -227,9 +216,11 @@ class QueuedMessageAdmin(admin.ModelAdmin):
     @drain.outside_request_transactions
     def edit_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         """The message page's "Edit" (`edits`); "Save and retry now" as Retry now."""
-        return edits.edit_page(self, request, object_id, self._retry_edited)
+        return edits.edit_page(self, request, object_id, self._retry_one)
 
-    def _retry_edited(self, request: HttpRequest, key: bytes) -> None:
+    def _retry_one(self, request: HttpRequest, key: bytes) -> None:
+        """Row `key` handed over now (Retry now, Save and retry now), its outcome
+        told to the user and logged on the row."""
         try:
             deadline = time.monotonic() + conf.ADMIN_TIME_BUDGET
             report = drain.redeliver(
