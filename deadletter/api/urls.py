@@ -2,7 +2,7 @@
 
 from django.urls import path, register_converter
 
-from deadletter.api import drain_view, redrives, schema, views
+from deadletter.api import archive, drain_view, redrives, schema, views
 from deadletter.api.converters import QueueNameConverter
 
 register_converter(QueueNameConverter, "dlqueue")
@@ -17,6 +17,9 @@ urlpatterns = [
     path("queues/<dlqueue:name>/", views.QueueDetail.as_view(), name="queue"),
     path("messages/", views.SearchList.as_view(), name="search"),
     path("messages/<str:key>/", views.MessageDetail.as_view(), name="message"),
+    path("archive/", archive.ArchiveList.as_view(), name="archive"),
+    path("archive/<str:key>/", archive.ArchiveDetail.as_view(), name="archived"),
+    path("archive/<str:key>/restore/", archive.ArchiveRestore.as_view(), name="archive-restore"),
     path("redrives/", redrives.RedriveList.as_view(), name="redrives"),
     path("redrives/<str:pk>/", redrives.RedriveDetail.as_view(), name="redrive"),
     path("redrives/<str:pk>/cancel/", redrives.RedriveCancel.as_view(), name="redrive-cancel"),

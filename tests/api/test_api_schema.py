@@ -30,6 +30,9 @@ def test_the_schema_is_valid_openapi_3_of_this_api_only(api) -> None:
     validate_schema(schema)
     assert schema["openapi"].startswith("3.")
     assert sorted(schema["paths"]) == [
+        f"{API}/archive/",
+        f"{API}/archive/{{key}}/",
+        f"{API}/archive/{{key}}/restore/",
         f"{API}/messages/",
         f"{API}/messages/{{key}}/",
         f"{API}/queues/",
@@ -69,6 +72,9 @@ def test_the_schema_documents_every_answer_of_each_operation(api) -> None:
     assert {"204", "404", "503"} <= set(delete["responses"])
     drain = paths[f"{API}/queues/{{name}}/drain/"]["post"]
     assert {"200", "400", "409"} <= set(drain["responses"])
+    restore = paths[f"{API}/archive/{{key}}/restore/"]["post"]
+    assert {"200", "201", "400", "404", "403", "503"} <= set(restore["responses"])
+    assert {"200", "400", "403"} <= set(paths[f"{API}/archive/"]["get"]["responses"])
 
 
 def test_the_docs_page_loads_swagger_ui_from_this_site(api) -> None:
