@@ -31,8 +31,8 @@ import dataclasses
 import errno
 import fcntl
 import hashlib
-import itertools
 import logging
+import mmap
 import os
 import struct
 import tempfile
@@ -48,14 +48,19 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from deadletter.models import KEY_BYTES
 from deadletter.store import spool, sql
 
-__all__ = ["SLOT", "SUFFIX", "Journal", "Killed", "folder_of", "journal", "recover"]
+__all__ = ["SLOT", "SLOTS", "SUFFIX", "Journal", "Killed", "folder_of", "journal", "recover"]
 
 logger = logging.getLogger("deadletter")
 
 SUFFIX = ".inflight"
 SLOT = 512
 """Bytes a slot takes: a divisor of the page size, so a slot's write never spans two pages."""
-_HEAD = struct.Struct(">IqHB")  # CRC32 of the rest, start (ns), key length, actor length
+SLOTS = 1024
+"""Slots a process's journal has: handlers it can have in hand at once (a drain's lanes,
+a web server's threads), each journaled."""
+_CRC = struct.Struct(">I")
+_BODY = struct.Struct(">qHB")  # start (ns since epoch), key length, actor length
+_HEAD = struct.Struct(">IqHB")  # the CRC32 of the rest, then the body's head
 _EMPTY = bytes(SLOT)
 _ACTOR_BYTES = SLOT - _HEAD.size - KEY_BYTES
 
@@ -71,34 +76,42 @@ class Killed:
 
 
 class Journal:
-    """This process's slots, one per handler in hand; `enter` and `leave` are what a
-    message costs (two `pwrite`s). Never raises: a journal that cannot be written
-    logs once and stops journaling."""
+    """This process's slots, one per handler in hand, in a shared memory map of its
+    file: `enter` and `leave` are what a message costs (two stores into the page
+    cache, no system call). Never raises: a key it cannot take is not journaled."""
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
         self.pid = os.getpid()
-        self._free: list[int] = []
-        self._next = itertools.count()
-        self._broken = False
+        self._free = list(range(SLOTS - 1, -1, -1))
+        self._full = False
         self.path, self.fd = _create(folder)
+        try:
+            os.posix_fallocate(self.fd, 0, SLOTS * SLOT)  # no page to allocate on a store
+            self._map = mmap.mmap(self.fd, SLOTS * SLOT, mmap.MAP_SHARED)
+        except OSError:
+            os.close(self.fd)
+            self.path.unlink(missing_ok=True)
+            raise
 
     def enter(self, key: bytes, actor: bytes) -> int | None:
         """Journal `key` (its handler starts now) with `actor` (UTF-8, cut to fit);
-        the slot to `leave`, or None when the key is not journaled."""
-        if self._broken or len(key) > KEY_BYTES:
+        the slot to `leave`, or None when the key is not journaled (every slot taken,
+        logged once)."""
+        if len(key) > KEY_BYTES:
             return None
         try:
             slot = self._free.pop()
         except IndexError:
-            slot = next(self._next)
-        actor = actor[:_ACTOR_BYTES]
-        rest = _HEAD.pack(0, time.time_ns(), len(key), len(actor))[4:] + key + actor
-        try:
-            os.pwrite(self.fd, struct.pack(">I", zlib.crc32(rest)) + rest, slot * SLOT)
-        except OSError:
-            self._break()
+            if not self._full:
+                self._full = True
+                logger.warning("handler journal full slots=%s; more are not journaled", SLOTS)
             return None
+        actor = actor[:_ACTOR_BYTES]
+        rest = _BODY.pack(time.time_ns(), len(key), len(actor)) + key + actor
+        at = slot * SLOT
+        self._map[at + _CRC.size : at + _CRC.size + len(rest)] = rest
+        self._map[at : at + _CRC.size] = _CRC.pack(zlib.crc32(rest))
         return slot
 
     def leave(self, slot: int | None) -> None:
@@ -106,20 +119,14 @@ class Journal:
         or raised."""
         if slot is None:
             return
-        try:
-            os.pwrite(self.fd, _EMPTY, slot * SLOT)
-        except OSError:
-            self._break()
-            return
+        at = slot * SLOT
+        self._map[at : at + SLOT] = _EMPTY
         self._free.append(slot)
-
-    def _break(self) -> None:
-        if not self._broken:
-            self._broken = True
-            logger.exception("handler journal cannot be written; killed handlers are not counted")
 
     def close(self) -> None:
         """Drop this process's hold on the file (a forked child's inherited copy)."""
+        with contextlib.suppress(OSError, ValueError):
+            self._map.close()
         with contextlib.suppress(OSError):
             os.close(self.fd)
 

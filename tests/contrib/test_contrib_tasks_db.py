@@ -18,7 +18,7 @@ from django.test import override_settings
 from deadletter import queue
 from deadletter.contrib.tasks import framework, inflight
 from deadletter.drain.outcomes import is_held
-from deadletter.queue import api
+from deadletter.queue import api, history
 from deadletter.wire.messages import Message
 from tests.contrib.contrib_tasks_env import task_settings
 from tests.factories import manage_py
@@ -129,6 +129,20 @@ def test_a_task_still_failing_in_the_worker_stays_queued_with_its_attempts_raise
         assert again.queued_at == first.queued_at  # the age limit counts from the first failure
         assert again.extra["TaskResultID"] != first.extra["TaskResultID"]
         assert api.queue_names() == [QUEUE]
+
+
+def test_a_redriven_task_failing_in_the_worker_is_an_attempt_by_the_worker(
+    db_backend: dict[str, str], paths: tuple[str, str]
+) -> None:
+    enqueue_flaky(paths, "down")
+    run_worker(db_backend)
+    assert drain_tasks() == 0
+    run_worker(db_backend)
+    [again] = queue.fetch_failed_msgs(QUEUE)
+    (attempt,) = history.attempts_of(again.key)
+    assert (attempt.outcome, attempt.actor) == ("failed", "worker")
+    assert attempt.error == again.msg.extra["LastError"]
+    assert attempt.duration is not None and attempt.duration >= 0
 
 
 def test_a_task_message_parked_by_other_code_is_kept_and_the_worker_has_nothing_to_run(

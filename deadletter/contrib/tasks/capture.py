@@ -15,17 +15,19 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from datetime import UTC, datetime
 from typing import Any
 
 from django.apps import apps
 from django.core import checks
+from django.db import DatabaseError, connections
 
 from deadletter import queue
 from deadletter.conf import conf
 from deadletter.contrib.tasks import framework, inflight
 from deadletter.contrib.tasks.checks import check_framework
 from deadletter.drain import LAST_ERROR_LIMIT
-from deadletter.queue import rows, seals
+from deadletter.queue import history, rows, seals
 from deadletter.queue.rows import ATTEMPTS_KEY, LAST_ERROR_KEY
 from deadletter.reports import labels
 from deadletter.wire import codec
@@ -60,6 +62,9 @@ logger = logging.getLogger("deadletter")
 QUEUE_PREFIX = "tasks."
 APP = "deadletter.contrib.tasks"
 TRACEBACK_LINES = 20
+
+WORKER_ACTOR = "worker"
+"""Who a redriven task's failure in a Tasks worker is recorded as (`queue.history`)."""
 
 # The extra keys of a parked task (Go-style names, like Attempts and LastError).
 TASK = "Task"
@@ -227,4 +232,26 @@ def park(result: Any, redriven: Message | None = None) -> bytes | None:
         )
     key = queue.store_failed_msgs(name, msg)
     logger.info("parked failed task queue=%s key=%s path=%s", name, key.hex(), msg.subject)
+    if redriven is not None:
+        _record_worker_attempt(result, key, msg)
     return key
+
+
+def _record_worker_attempt(result: Any, key: bytes, msg: Message) -> None:
+    """The redriven task's failure in a worker, in the history of the message it is
+    parked as (actor `worker`); its run time from the result's start and finish."""
+    started, finished = getattr(result, "started_at", None), getattr(result, "finished_at", None)
+    duration = (finished - started).total_seconds() if started and finished else None
+    try:
+        history.record_attempt(
+            connections[conf.DATABASE],
+            key,
+            at=started or finished or datetime.now(UTC),
+            duration=duration,
+            outcome=history.AttemptOutcome.FAILED,
+            error=str(msg.extra.get(LAST_ERROR_KEY, "")),
+            actor=WORKER_ACTOR,
+            attempts=rows.attempts_of(msg.extra),
+        )
+    except DatabaseError:
+        logger.exception("could not record the worker's attempt key=%s", key.hex())
