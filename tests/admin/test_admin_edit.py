@@ -239,3 +239,15 @@ def test_no_edit_link_or_page_without_the_change_permission(client: Client) -> N
     page.press(client, form, "Save", subject="edited")
     assert subject_of(key) == "edited"
     assert QueuedMessage.objects.count() == 1
+
+
+def test_a_list_with_an_item_a_line_cannot_show_is_a_json_array(admin_client) -> None:
+    (key,) = park("a\nb", descriptions=["two\nlines", ""])
+    page, form = edit_form(admin_client, key)
+    assert page.fields(form)["descriptions"] == '["two\\nlines", ""]'
+    assert "A JSON array of strings" in page.text
+    page.press(
+        admin_client, form, "Save", descriptions='["two\\nlines", "", "three"]', subject="a\r\nc"
+    )
+    msg = codec.decode(dict(table_rows())[key])[0]
+    assert (msg.descriptions, msg.subject) == (["two\nlines", "", "three"], "a\nc")
