@@ -135,3 +135,18 @@ def test_the_schema_documents_the_queue_lists_paging(api) -> None:
     assert "Link" in listing["responses"]["200"]["headers"]
     assert listing["responses"]["200"]["content"]["application/json"]["schema"]["type"] == "array"
     assert "400" in listing["responses"]
+
+
+def test_the_schema_documents_a_messages_attempts_history(api) -> None:
+    schema = api.get(f"{API}/schema/", {"format": "json"}).json()
+    answer = schema["paths"][f"{API}/messages/{{key}}/"]["get"]["responses"]["200"]
+    ref = answer["content"]["application/json"]["schema"]["$ref"].rsplit("/", 1)[1]
+    history = schema["components"]["schemas"][ref]["properties"]["attempts_history"]
+    attempt = schema["components"]["schemas"][history["items"]["$ref"].rsplit("/", 1)[1]]
+    assert sorted(attempt["properties"]) == ["actor", "at", "duration", "error", "outcome"]
+    assert attempt["properties"]["duration"]["nullable"] is True
+    outcome = attempt["properties"]["outcome"]
+    for ref in [*outcome.get("allOf", []), outcome]:
+        if "$ref" in ref:
+            outcome = schema["components"]["schemas"][ref["$ref"].rsplit("/", 1)[1]]
+    assert outcome["enum"] == ["failed", "timeout", "held", "permanent", "max_attempts", "killed"]
