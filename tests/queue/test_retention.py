@@ -107,7 +107,9 @@ def statements(run: Any) -> list[str]:
     return [_VALUES.sub("?", q["sql"]) for q in captured.captured_queries]
 
 
-_VALUES = re.compile(r"X'[0-9A-F]*'|'(?:[^']|'')*'(?:::\w+)?|\"s\d+_x\d+\"|\b\d+\b")
+_VALUES = re.compile(
+    r"X'[0-9A-F]*'|(?:_binary ?)?'(?:[^'\\]|\\.|'')*'(?:::\w+)?|[\"`]s\d+_x\d+[\"`]|\b\d+\b"
+)
 
 
 ARCHIVE_TABLE = ArchivedMessage._meta.db_table
