@@ -23,7 +23,7 @@ from django.contrib.admin import AdminSite
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
 from django.db.models.options import Options
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
 
@@ -283,10 +283,16 @@ def edit_page(
     retry: Callable[[HttpRequest, bytes], None],
 ) -> HttpResponse:
     """GET: the form. POST: save (`_save`), or save and retry now (`_retry`, which
-    also needs the drain permission): `retry(request, key)` hands it over."""
+    also needs the drain permission): `retry(request, key)` hands it over. A save
+    the row's changes refuse opens the form again on the row as it is now."""
     obj: QueuedMessage | None = model_admin.get_object(request, unquote(object_id))
     if obj is None:
-        raise Http404("No message with that key: it was delivered or deleted.")
+        model_admin.message_user(
+            request,
+            "The message is no longer parked (delivered, deleted or dropped): nothing to edit.",
+            messages.WARNING,
+        )
+        return HttpResponseRedirect(_changelist(model_admin))
     key = obj.key_bytes
     if not can_edit(request, key):
         raise PermissionDenied
@@ -314,7 +320,11 @@ def edit_page(
             )
             form = EditForm(msg=msg, etag=etag)
         elif form.is_valid():
-            saved = _save(model_admin, request, key, form, etag)
+            try:
+                saved = _save(model_admin, request, key, form, etag)
+            except edits.EditConflict as exc:  # since the check above: the form anew
+                model_admin.message_user(request, f"Not saved: {exc}.", messages.ERROR)
+                return HttpResponseRedirect(request.get_full_path())
             if saved is not None:
                 if retrying:
                     retry(request, key)
@@ -346,9 +356,6 @@ def _save(
         )
     except edits.EditRefused as exc:
         form.refused(exc)
-        return None
-    except edits.EditConflict as exc:
-        model_admin.message_user(request, f"Not saved: {exc}.", messages.ERROR)
         return None
     if not edited.changes:
         model_admin.message_user(request, "Nothing changed; nothing was saved.", messages.INFO)

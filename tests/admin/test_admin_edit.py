@@ -12,7 +12,7 @@ from django.test import Client
 
 from deadletter.contrib.tasks import capture
 from deadletter.models import ArchivedMessage, QueuedMessage
-from deadletter.queue import edits
+from deadletter.queue import dequeue, edits
 from deadletter.wire import codec
 from deadletter.wire.messages import Message
 from tests.admin.test_admin import CHANGELIST, Page, message_link, open_page
@@ -251,3 +251,14 @@ def test_a_list_with_an_item_a_line_cannot_show_is_a_json_array(admin_client) ->
     )
     msg = codec.decode(dict(table_rows())[key])[0]
     assert (msg.descriptions, msg.subject) == (["two\nlines", "", "three"], "a\nc")
+
+
+def test_a_message_delivered_while_the_form_was_open_is_not_parked_again(admin_client) -> None:
+    (key,) = park("delivered meanwhile")
+    page, form = edit_form(admin_client, key)
+    dequeue(key)
+    done = page.press(admin_client, form, "Save", subject="late")
+    assert "no longer parked" in done.text
+    assert done.url == CHANGELIST
+    assert table_rows() == []
+    assert not ArchivedMessage.objects.exists()
