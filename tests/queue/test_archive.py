@@ -241,6 +241,8 @@ def test_a_permanent_failure_in_a_drain_is_archived_as_permanent_by_drain(settin
     assert table_rows() == []
     (entry,) = archive.archived_msgs()
     assert (entry.key, entry.reason, entry.actor) == (key, "permanent", "drain")
+    assert entry.last_error == "PermanentFailure: blocked recipient 42"
+    assert ArchivedMessage.objects.get().signature == "PermanentFailure: blocked recipient #"
 
 
 def test_the_attempt_limit_in_a_drain_archives_as_max_attempts_with_the_last_error(
