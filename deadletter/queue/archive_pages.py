@@ -33,7 +33,7 @@ WINDOW = 5000
 """Entries a filtered page looks through at most (one index range read)."""
 SEARCH_SECONDS = 1.0
 """A search decodes entries for at most this long a page, within `WINDOW`."""
-_BATCH = 200
+_BATCH = 500
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
