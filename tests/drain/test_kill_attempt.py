@@ -64,7 +64,7 @@ def test_the_next_drain_counts_the_killed_attempt(killing_env: dict[str, str]) -
 
 def test_a_poison_message_is_dropped_after_three_kills(killing_env: dict[str, str]) -> None:
     key = store_failed_msgs("q", Message(subject="poison"))
-    codes = []
+    codes: list[int] = []
     while fetch_msg(key) is not None:
         assert len(codes) < RUNS, codes
         codes.append(drain(killing_env))
