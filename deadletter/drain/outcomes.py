@@ -20,7 +20,7 @@ from deadletter.drain.policy import Policy, held_wait
 from deadletter.drain.report import Outcome
 from deadletter.drain.timeouts import HandlerTimeout, HungHandlers, call_within
 from deadletter.exceptions import NeedsOperator, PermanentFailure
-from deadletter.queue import claims, history
+from deadletter.queue import archive_write, claims, history
 from deadletter.queue.archive_write import ACTOR_DRAIN
 from deadletter.queue.claims import dequeue_claimed, handler_savepoint
 from deadletter.queue.history import AttemptOutcome
@@ -159,6 +159,7 @@ def deliver(
                 AttemptOutcome.PERMANENT,
                 error,
                 item.attempts + 1,
+                gone=_gone(item),
             ),
         )
     except NeedsOperator as exc:
@@ -198,6 +199,14 @@ def settle_killed(
     return _failed(item, exc, max_attempts, policy, _Try(at, None, actor), AttemptOutcome.KILLED)
 
 
+def _gone(item: queue.Queued) -> bool | None:
+    """For a drop: None when the queue archives it (its history stays, read by key);
+    else whether it has a history to delete with it (it failed before)."""
+    if archive_write.enabled(keys.queue_of(item.key)):
+        return None
+    return LAST_ERROR_KEY in item.msg.extra
+
+
 def _archive_actor(actor: str) -> str:
     """Who the archive names for a drop: the user of a retry (`retry:<user>`), else the drain."""
     user = actor.removeprefix(RETRY_ACTOR)
@@ -217,16 +226,27 @@ def _recorded(
     outcome: AttemptOutcome,
     error: str,
     attempts: int | None,
+    *,
+    gone: bool | None = None,
 ) -> Callable[[], object]:
     """The row's `change` and, when it found the row, the attempt's history row, in
     one transaction: the caller's (a claim's) or one of their own. A history row
-    that cannot be written undoes the change (`QueueingError`)."""
+    that cannot be written undoes the change (`QueueingError`). `gone` (a drop from
+    a queue whose archive is off: the message leaves for good) deletes the key's
+    history instead when it had one (True), or writes nothing (False)."""
 
     def write() -> object:
         connection = sql.connection()
         with transaction.atomic(using=connection.alias, savepoint=False):
             changed = change()
-            if changed:
+            if changed and gone is not None:
+                try:
+                    if gone:
+                        history.forget(connection, key)
+                except DatabaseError as exc:
+                    logger.exception("could not forget attempts key=%s", key.hex())
+                    raise queue.QueueingError from exc
+            elif changed:
                 try:
                     history.record_attempt(
                         connection,
@@ -317,6 +337,7 @@ def _failed(
                 AttemptOutcome.MAX_ATTEMPTS,
                 error,
                 attempts,
+                gone=_gone(item),
             ),
         )
     wait = policy.wait_seconds(attempts) if policy is not None else None

@@ -6,6 +6,7 @@ sends no statement more; Retry now records its user."""
 from __future__ import annotations
 
 import time
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -154,3 +155,24 @@ def test_a_service_pass_is_the_service(settings: Any) -> None:
     key = store_failed_msgs("q", Message(subject="x"))
     Drainer(["q"], DrainOptions(actor="service")).run()
     assert [a.actor for a in history.attempts_of(key)] == ["service"]
+
+
+def test_with_the_archive_off_a_dropped_message_takes_its_history_along(settings: Any) -> None:
+    settings.DEADLETTER_HANDLERS = {"q": "tests.factories.failing_handler"}
+    settings.DEADLETTER_MAX_ATTEMPTS = 2
+    settings.DEADLETTER_ARCHIVE_FOR = timedelta(0)
+    key = store_failed_msgs("q", Message(subject="poison"))
+    redeliver([key])
+    assert len(history.attempts_of(key)) == 1
+    redeliver([key])
+    assert parked("q") == []
+    assert Attempt.objects.count() == 0
+
+
+def test_with_the_archive_on_a_dropped_message_keeps_its_history_by_key(settings: Any) -> None:
+    settings.DEADLETTER_HANDLERS = {"q": "tests.factories.failing_handler"}
+    settings.DEADLETTER_MAX_ATTEMPTS = 1
+    key = store_failed_msgs("q", Message(subject="poison"))
+    redeliver([key])
+    assert parked("q") == []
+    assert [a.outcome for a in history.attempts_of(key)] == ["max_attempts"]
