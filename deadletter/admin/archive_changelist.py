@@ -76,6 +76,8 @@ class TypedFilter(admin.SimpleListFilter):
         self, request: HttpRequest, queryset: QuerySet[ArchivedMessage]
     ) -> QuerySet[ArchivedMessage]:
         value = self.value()
+        if value and "\x00" in value:
+            return queryset.none()
         return queryset.filter(**{self.field: value}) if value else queryset
 
 

@@ -149,6 +149,11 @@ class ArchiveQuerySerializer(serializers.Serializer):
             raise serializers.ValidationError(str(exc)) from None
         return value
 
+    def validate_actor(self, value: str) -> str:
+        if "\x00" in value:
+            raise serializers.ValidationError("A user name holds no NUL.")
+        return value
+
     def validate_cursor(self, value: str) -> Cursor:
         try:
             return Cursor.parse(value)

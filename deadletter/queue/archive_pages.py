@@ -143,7 +143,11 @@ def narrowed(rows: QuerySet[ArchivedMessage], filters: Filters) -> QuerySet[Arch
 
 
 def page(filters: Filters, cursor: Cursor | None = None, size: int = 50) -> Page:
-    """The page of `size` entries after `cursor` (from the newest when None)."""
+    """The page of `size` entries after `cursor` (from the newest when None); none
+    for a queue, reason or actor holding NUL (no entry does: PostgreSQL's text
+    refuses it)."""
+    if any("\x00" in (text or "") for text in (filters.queue, filters.reason, filters.actor)):
+        return Page([], None)
     rows = scope(filters)
     if cursor is not None:
         rows = _older_than(rows, cursor)

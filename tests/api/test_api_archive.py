@@ -175,6 +175,7 @@ def test_a_restore_into_a_queue_the_api_may_not_park_into_is_refused(api, settin
         {"limit": "0"},
         {"limit": "201"},
         {"queue": "a\x00b"},
+        {"actor": "a\x00b"},
     ],
 )
 def test_bad_list_parameters_are_a_400(api, query) -> None:
