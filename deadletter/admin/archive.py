@@ -96,7 +96,7 @@ def fate(queues: Iterable[str] | None, *, one: bool = False) -> str:
     parts = []
     for words, names in groups.items():
         whose = f"those of {', '.join(names)}" if names else "those of other queues"
-        parts.append(f"{whose} {said(words).replace(f'where {subject.lower()}', 'where they')}")
+        parts.append(f"{whose} {said(words)}")
     text = "; ".join(parts)
     return text[0].upper() + text[1:] + "."
 

@@ -278,3 +278,26 @@ def test_odd_archive_queries_never_answer_500(admin_client, query) -> None:
     response = admin_client.get(f"{ARCHIVE}?{query}", follow=True)
     assert response.status_code == 200
     assert admin_client.get(f"{ARCHIVE}?id__gt=1").status_code == 400
+
+
+def test_a_confirmation_says_each_queues_retention(admin_client, settings) -> None:
+    settings.DEADLETTER_HANDLERS = {
+        "kept": {"handler": "tests.factories.ok_handler", "archive_for": None},
+        "off": {"handler": "tests.factories.ok_handler", "archive_for": timedelta(0)},
+    }
+    stored = [*park("k", queue="kept"), *park("o", queue="off"), *park("d", queue="q")]
+    listing = open_page(admin_client, CHANGELIST)
+    form = listing.form_with("_selected_action")
+    confirm = listing.submit(admin_client, form, check=page_keys(form), action="delete_selected")
+    assert (
+        "Those of kept go to Archived messages for ever, where they can be restored; "
+        "those of off are deleted for good (no archive is kept); "
+        "those of q go to Archived messages for 30 days" in confirm.text
+    )
+    across = listing.submit(
+        admin_client, form, check=page_keys(form), action="delete_selected", select_across="1"
+    )
+    assert "Those of other queues go to Archived messages for 30 days" in across.text
+    confirm.submit(admin_client, confirm.form_with("post"))
+    archived_keys = {bytes(k) for k in ArchivedMessage.objects.values_list("key", flat=True)}
+    assert archived_keys == {stored[0], stored[2]} and not QueuedMessage.objects.exists()
