@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Iterator
+from datetime import timedelta
 from typing import Any
 
 from django.contrib import admin, messages
@@ -60,15 +61,11 @@ def archive_link(request: HttpRequest) -> str | None:
     return f"{url}?{urlencode({'queue': name})}" if name else url
 
 
-def kept_for(queue: str) -> str | None:
-    """How long the archive keeps what leaves `queue`, in words ("for 30 days",
-    "for ever"); None when its archive is off."""
-    kept = limits.archive_for(queue)
+def kept_for(kept: timedelta | None) -> str | None:
+    """A retention in words ("for 30 days", "for ever"); None for the archive off."""
     if kept is None:
         return "for ever"
-    if kept == limits.ARCHIVE_OFF:
-        return None
-    return f"for {rows.duration(kept)}"
+    return None if kept == limits.ARCHIVE_OFF else f"for {rows.duration(kept)}"
 
 
 def fate(queues: Iterable[str] | None, *, one: bool = False) -> str:
@@ -78,9 +75,9 @@ def fate(queues: Iterable[str] | None, *, one: bool = False) -> str:
     named = sorted(set(queues)) if queues is not None else sorted(_queues_with_own_retention())
     groups: dict[str | None, list[str]] = {}
     for name in named:
-        groups.setdefault(kept_for(name), []).append(name)
+        groups.setdefault(kept_for(limits.archive_for(name)), []).append(name)
     if queues is None:
-        default = _default_kept_for()
+        default = kept_for(conf.ARCHIVE_FOR)
         groups.pop(default, None)
         groups = {default: [], **groups}
     subject, verb, goes = ("It", "is", "goes") if one else ("They", "are", "go")
@@ -103,13 +100,6 @@ def fate(queues: Iterable[str] | None, *, one: bool = False) -> str:
 
 def _queues_with_own_retention() -> list[str]:
     return [name for name in conf.HANDLERS if isinstance(conf.HANDLERS.get(name), dict)]
-
-
-def _default_kept_for() -> str | None:
-    kept = conf.ARCHIVE_FOR
-    if kept is None:
-        return "for ever"
-    return None if kept == limits.ARCHIVE_OFF else f"for {rows.duration(kept)}"
 
 
 def restored_text(entry_queue: str, restored: archive.Restored) -> str:
