@@ -23,7 +23,7 @@ from django.db.models import Q
 from deadletter import signals
 from deadletter.conf import conf
 from deadletter.exceptions import DeadletterError
-from deadletter.models import ArchivedMessage, Attempt
+from deadletter.models import ArchivedMessage, Attempt, QueuedMessage
 from deadletter.queue import archive_write
 from deadletter.queue.api import Removal, dequeue, remove_msg
 from deadletter.queue.archive_retention import archived_counts, purge
@@ -85,10 +85,12 @@ class Archived:
 
 class Restored(NamedTuple):
     """Where `restore` put an entry back: `moved` when its key was taken again and
-    it went to its queue's tail under a fresh key."""
+    it went to its queue's tail under a fresh key; `replaced` when it was an edit's
+    original and took its key back from the edited copy, which went to the archive."""
 
     key: bytes
     moved: bool
+    replaced: bool = False
 
 
 _FIELDS = ("id", "key", "queue", "reason", "actor", "archived_at", "value", "last_error")
@@ -242,10 +244,13 @@ def restore(entry_id: int, *, actor: str) -> Restored:
     `LastError` are in them), and remove it from the archive, in one transaction:
     under its own key, its place in the order, unless a live row holds that key
     now; then at the tail under a fresh key (`moved`), its attempt history copied
-    to the new key (the live row keeps its own). `ArchiveError` when the entry is
-    gone; `QueueingError` or `DatabaseError` when it cannot be written (nothing
-    changed). `message_enqueued` once committed."""
+    to the new key (the live row keeps its own). An edit's original whose edited
+    copy still holds the key takes it back instead (`replaced`): the edited copy
+    is archived as `edited` by `actor`, so the queue never holds both. `ArchiveError`
+    when the entry is gone; `QueueingError` or `DatabaseError` when it cannot be
+    written (nothing changed). `message_enqueued` once committed."""
     connection = sql.connection()
+    replaced = False
     with transaction.atomic(using=connection.alias):
         with connection.cursor() as cursor:
             sql.take_write_lock(connection, cursor, archive_write.table())
@@ -253,16 +258,26 @@ def restore(entry_id: int, *, actor: str) -> Restored:
             _entries()
             .select_for_update()
             .filter(id=entry_id)
-            .values_list("key", "queue", "value", "signature")
+            .values_list("key", "queue", "value", "signature", "reason")
             .first()
         )
         if row is None:
             raise ArchiveError(f"archive entry {entry_id} does not exist (restored or purged?)")
         old_key, name = bytes(row[0]), row[1]
         value = bytes(row[2]) if row[2] is not None else b""
-        new_key = insert_value(
-            connection, keys.prefix_of(old_key), value, queue=name, key=old_key, signature=row[3]
-        )
+        if row[4] == ArchivedMessage.Reason.EDITED:
+            replaced = _take_back(connection, name, old_key, value, row[3], actor)
+        if replaced:
+            new_key = old_key
+        else:
+            new_key = insert_value(
+                connection,
+                keys.prefix_of(old_key),
+                value,
+                queue=name,
+                key=old_key,
+                signature=row[3],
+            )
         moved = new_key != old_key
         if moved:
             _copy_attempts(old_key, new_key)
@@ -274,14 +289,42 @@ def restore(entry_id: int, *, actor: str) -> Restored:
                     connection, signals.message_enqueued, sender=name, key=new_key, msg=msg
                 )
     logger.info(
-        "restored message queue=%s key=%s moved=%s actor=%s entry=%s",
+        "restored message queue=%s key=%s moved=%s replaced=%s actor=%s entry=%s",
         name,
         new_key.hex(),
         moved,
+        replaced,
         actor,
         entry_id,
     )
-    return Restored(new_key, moved)
+    return Restored(new_key, moved, replaced)
+
+
+def _take_back(
+    connection: Any, queue: str, key: bytes, value: bytes, signature: str | None, actor: str
+) -> bool:
+    """An edit's original back under its key in place of the edited copy, which is
+    archived as `edited`: False when no live row holds the key (a plain restore)."""
+    live = (
+        QueuedMessage.objects.using(connection.alias)
+        .select_for_update()
+        .filter(key=key)
+        .values_list("value", flat=True)
+        .first()
+    )
+    if live is None:
+        return False
+    archive_rows(connection, queue, [(key, bytes(live))], ArchivedMessage.Reason.EDITED, actor)
+    sql.write(
+        connection,
+        sql.statement(
+            connection,
+            "UPDATE {table} SET value = %s, signature = %s, due_at = NULL, search_pending = 1"
+            " WHERE {key} = %s",
+        ),
+        (value, signature, key),
+    )
+    return True
 
 
 def _copy_attempts(old_key: bytes, new_key: bytes) -> None:

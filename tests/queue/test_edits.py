@@ -239,3 +239,20 @@ def test_on_a_server_a_row_a_drain_holds_is_a_conflict_not_a_wait() -> None:
         holder.join(30)
     assert row_value(key) == before
     assert not ArchivedMessage.objects.exists()
+
+
+def test_restoring_an_edits_original_takes_its_key_back_and_archives_the_edited_copy() -> None:
+    (key,) = park("Ocjena: Matematika", username="ana")
+    before = row_value(key)
+    msg = codec.decode(before)[0]
+    edits.edit_msg(key, msg.replace(subject="typo fixed"), expected=edits.etag_of(before), actor="a")
+    edited_value = row_value(key)
+    original = archive.get_archived(key)
+    assert original is not None and original.value == before
+
+    restored = archive.restore(original.id, actor="b")
+
+    assert restored == archive.Restored(key, moved=False, replaced=True)
+    assert table_rows() == [(key, before)]  # one copy in the queue, never both
+    [entry] = archive.archived_msgs("q")
+    assert (entry.key, entry.reason, entry.actor, entry.value) == (key, "edited", "b", edited_value)
