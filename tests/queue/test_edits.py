@@ -245,7 +245,8 @@ def test_restoring_an_edits_original_takes_its_key_back_and_archives_the_edited_
     (key,) = park("Ocjena: Matematika", username="ana")
     before = row_value(key)
     msg = codec.decode(before)[0]
-    edits.edit_msg(key, msg.replace(subject="typo fixed"), expected=edits.etag_of(before), actor="a")
+    fixed = msg.replace(subject="typo fixed")
+    edits.edit_msg(key, fixed, expected=edits.etag_of(before), actor="a")
     edited_value = row_value(key)
     original = archive.get_archived(key)
     assert original is not None and original.value == before
