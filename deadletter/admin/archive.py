@@ -108,6 +108,11 @@ def restored_text(entry_queue: str, restored: archive.Restored) -> str:
             f"Restored to queue {entry_queue} under a fresh key, {restored.key.hex()}, at the "
             "queue's tail: its own key was taken again."
         )
+    if restored.replaced:
+        return (
+            f"Restored to queue {entry_queue} under its own key in place of the edited copy, "
+            "which is now in the archive (reason edited)."
+        )
     return f"Restored to queue {entry_queue} under its own key, in its place in the order."
 
 

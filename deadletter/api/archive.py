@@ -162,12 +162,14 @@ class ArchiveQuerySerializer(serializers.Serializer):
 
 
 class RestoredSerializer(serializers.Serializer):
-    """Where a restore put the message: its live key, and `moved` when that is a
-    fresh key at the queue's tail (its own was taken again)."""
+    """Where a restore put the message: its live key, `moved` when that is a fresh
+    key at the queue's tail (its own was taken again), `replaced` when an edit's
+    original took its key back from the edited copy (now in the archive)."""
 
     key = serializers.CharField()
     queue = serializers.CharField()
     moved = serializers.BooleanField()
+    replaced = serializers.BooleanField()
     url = serializers.URLField()
 
 
@@ -253,7 +255,8 @@ class ArchiveRestore(DeadletterView):
         entry = archive.get_archived(wanted)
         if entry is None:
             if QueuedMessage.objects.using(conf.DATABASE).filter(key=wanted).exists():
-                return Response(_restored(request, wanted, keys.queue_of(wanted), moved=False))
+                body = _restored(request, wanted, keys.queue_of(wanted), moved=False)
+                return Response(body)
             raise NotFound("No archived message with that key.")
         refusal = api_queue_refusal(entry.queue)
         if refusal is not None:
@@ -262,16 +265,20 @@ class ArchiveRestore(DeadletterView):
             restored = archive.restore(entry.id, actor=request.user.get_username())
         except archive.ArchiveError:
             raise NotFound("No archived message with that key (restored meanwhile).") from None
-        body = _restored(request, restored.key, entry.queue, moved=restored.moved)
+        body = _restored(
+            request, restored.key, entry.queue, moved=restored.moved, replaced=restored.replaced
+        )
         return Response(body, status=status.HTTP_201_CREATED, headers={"Location": body["url"]})
 
 
-def _restored(request: Request, key: bytes, queue: str, *, moved: bool) -> Any:
+def _restored(
+    request: Request, key: bytes, queue: str, *, moved: bool, replaced: bool = False
+) -> Any:
     url = request.build_absolute_uri(
         reverse("deadletter-api:message", kwargs={"key": keys.to_text(key)})
     )
     return RestoredSerializer(
-        {"key": keys.to_text(key), "queue": queue, "moved": moved, "url": url}
+        {"key": keys.to_text(key), "queue": queue, "moved": moved, "replaced": replaced, "url": url}
     ).data
 
 

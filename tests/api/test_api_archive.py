@@ -11,7 +11,8 @@ from rest_framework.test import APIClient
 
 from deadletter.drain import Drainer, DrainOptions
 from deadletter.models import ArchivedMessage, QueuedMessage
-from deadletter.queue import archive
+from deadletter.queue import archive, edits
+from deadletter.wire import codec
 from tests.factories import park, parked
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -134,6 +135,21 @@ def test_restore_when_the_key_is_taken_gives_a_fresh_key(api) -> None:
     body = api.post(f"{API}/archive/{key.hex()}/restore/").json()
     assert body["moved"] is True and body["key"] != key.hex()
     assert QueuedMessage.objects.count() == 2
+
+
+def test_restoring_an_edits_original_replaces_the_edited_copy(api, settings) -> None:
+    settings.DEADLETTER_HANDLERS = {
+        "q": {"handler": "tests.factories.ok_handler", "editable": True}
+    }
+    (key,) = park("typo")
+    value = bytes(QueuedMessage.objects.get(key=key).value)
+    msg = codec.decode(value)[0]
+    edits.edit_msg(key, msg.replace(subject="fixed"), expected=edits.etag_of(value), actor="ed")
+    body = api.post(f"{API}/archive/{key.hex()}/restore/").json()
+    assert (body["key"], body["moved"], body["replaced"]) == (key.hex(), False, True)
+    assert parked() == ["typo"]
+    (entry,) = every_page(api)
+    assert (entry["reason"], entry["messages"][0]["subject"]) == ("edited", "fixed")
 
 
 def test_restore_of_a_key_never_archived_nor_live_is_404(api) -> None:
