@@ -7,13 +7,15 @@ import re
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.apps import AppConfig
 from django.core import checks
 from django.urls import URLResolver
 
-from deadletter.conf import DEFAULT_API_THROTTLE_RATES, conf
+from deadletter.conf import ALERT_RULES, DEFAULT_API_THROTTLE_RATES, conf
 from deadletter.drain.handlers import handler_problems
+from deadletter.drain.policy import alerts_problems
 from deadletter.drain.service import outage_limit_problem
 from deadletter.drain.timeouts import handler_timeout_problem, seconds_of
 from deadletter.queue import limits
@@ -86,7 +88,71 @@ def check_settings(
             check_id="deadletter.E017",
         )
     )
+    return errors + _check_alerts()
+
+
+ALERTS_HINT = (
+    'For example DEADLETTER_ALERTS = {"new_cause": True, "depth": 1000, "oldest_age": '
+    'timedelta(hours=6), "channels": ["mail_admins", {"webhook": "https://hooks.example.com/dl", '
+    '"secret": "..."}]}; see docs/alerts.md.'
+)
+
+
+def _check_alerts() -> list[checks.CheckMessage]:
+    """The alert rules (E024), the site's URL their links need (E026) and the digest's
+    interval (E027): read by the evaluator on every drain pass, so a mistake would
+    fail every pass, or send links nobody can open."""
+    errors: list[checks.CheckMessage] = [
+        checks.Error(f"{problem}.", hint=ALERTS_HINT, id="deadletter.E024")
+        for problem in alerts_problems(conf.raw("ALERTS"))
+    ]
+    problem = site_url_problem(conf.raw("SITE_URL"), rules_on=any_alert_rule_on())
+    errors += _problem_error(
+        problem,
+        hint="Give the address the admin is reached at, e.g. DEADLETTER_SITE_URL = "
+        '"https://ops.example.com" (an alert links to the admin\'s message list under it).',
+        check_id="deadletter.E026",
+    )
+    digest = conf.raw("ALERT_DIGEST")
+    if not isinstance(digest, timedelta) or digest <= timedelta(0):
+        errors.append(
+            checks.Error(
+                f"DEADLETTER_ALERT_DIGEST must be a timedelta above 0, got {digest!r}.",
+                hint="Leave it unset for 10 minutes, or set e.g. "
+                "DEADLETTER_ALERT_DIGEST = timedelta(minutes=30).",
+                id="deadletter.E027",
+            )
+        )
     return errors
+
+
+def any_alert_rule_on() -> bool:
+    """Whether `DEADLETTER_ALERTS` or any queue's `alerts` turns a rule on."""
+    specs = [conf.raw("ALERTS")]
+    handlers = conf.raw("HANDLERS")
+    if isinstance(handlers, dict):
+        specs += [v.get("alerts") for v in handlers.values() if isinstance(v, dict)]
+    return any(
+        isinstance(spec, dict) and any(spec.get(rule) not in (None, False) for rule in ALERT_RULES)
+        for spec in specs
+    )
+
+
+def site_url_problem(value: Any, *, rules_on: bool) -> str | None:
+    """What is wrong with `DEADLETTER_SITE_URL` (E026), or None."""
+    if value is None:
+        if rules_on:
+            return (
+                "DEADLETTER_SITE_URL is unset, but an alert rule is on and every alert "
+                "carries an absolute link to the admin"
+            )
+        return None
+    parts = urlsplit(value) if isinstance(value, str) else None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+        return f"DEADLETTER_SITE_URL must be an absolute http(s) URL, got {value!r}"
+    if parts.query or parts.fragment:
+        return f"DEADLETTER_SITE_URL must be a base URL without query or fragment, got {value!r}"
+    return None
 
 
 def api_queues_problem(value: Any) -> str | None:
@@ -340,6 +406,11 @@ _HANDLER_HINT = {
     "editable": (
         "deadletter.E022",
         "Give True to let operators edit the queue's messages, or leave it out (False).",
+    ),
+    "alerts": (
+        "deadletter.E025",
+        "A queue's alerts dict overrides DEADLETTER_ALERTS key by key, e.g. "
+        '{"depth": 50, "channels": ["mail_admins"]}; see docs/alerts.md.',
     ),
 }
 

@@ -19,6 +19,19 @@ from django.db import DEFAULT_DB_ALIAS
 
 DEFAULT_MAX_QUEUE_AGE = timedelta(days=30)
 DEFAULT_ARCHIVE_FOR = timedelta(days=30)
+DEFAULT_ALERT_DIGEST = timedelta(minutes=10)
+# The keys of DEADLETTER_ALERTS and of a queue's "alerts" policy: the rules, then
+# where their alerts go.
+ALERT_RULES = (
+    "new_cause",
+    "reopened_cause",
+    "depth",
+    "oldest_age",
+    "expiring",
+    "breaker",
+    "stalled",
+)
+ALERT_KEYS = (*ALERT_RULES, "channels")
 # Scope -> DRF rate; a project's DEADLETTER_API_THROTTLE_RATES updates these.
 DEFAULT_API_THROTTLE_RATES: dict[str, str | None] = {"failed_auth": "30/min", "user": None}
 
@@ -44,6 +57,9 @@ _DEFAULTS: dict[str, Any] = {
     "CELERY_EXCLUDE": (),
     "CELERY_EXCEPTIONS": None,
     "API_QUEUES": None,
+    "ALERTS": {},
+    "SITE_URL": None,
+    "ALERT_DIGEST": DEFAULT_ALERT_DIGEST,
 }
 _PREFIX = "DEADLETTER_"
 _cache: dict[str, Any] = {}
@@ -196,6 +212,25 @@ class Settings:
         leaves out keep their default."""
         rates = _read("API_THROTTLE_RATES")
         return {**DEFAULT_API_THROTTLE_RATES, **rates} if isinstance(rates, dict) else rates
+
+    @property
+    def ALERTS(self) -> dict[str, Any]:
+        """The alert rules for every queue (`reports.alerts.rules`): new_cause,
+        reopened_cause, depth, oldest_age, expiring, breaker, stalled, channels; a
+        queue's `alerts` dict in `DEADLETTER_HANDLERS` overrides them key by key."""
+        return _read("ALERTS")
+
+    @property
+    def SITE_URL(self) -> str | None:
+        """The site's absolute base URL ("https://ops.example.com"), which an alert's
+        link to the admin is joined to; needed once any alert rule is on."""
+        return _read("SITE_URL")
+
+    @property
+    def ALERT_DIGEST(self) -> timedelta:
+        """The least time between two digests: when many alerts fire at once they go
+        out as one digest, and then at most one digest per this interval."""
+        return _read("ALERT_DIGEST")
 
 
 conf = Settings()

@@ -2,7 +2,8 @@
 handler (a value is a dotted path, or a dict with the handler and its limits),
 with `DEADLETTER_MAX_ATTEMPTS`, `DEADLETTER_BACKOFF` and `DEADLETTER_BREAKER` as
 the defaults a dict leaves out. `policy_problems` is the one reading of the rules
-that the system checks (E004, E005, E013-E015, E020-E022) and the drain both use.
+that the system checks (E004, E005, E013-E015, E020-E022, E024, E025) and the drain
+both use (`alerts_problems` reads the alert rules, global and per queue).
 The queue's own limits (`archive_for`, `max_age`, `editable`) are read by
 `queue.limits`, below the drain, which the queue's rules apply.
 """
@@ -13,9 +14,11 @@ import dataclasses
 import math
 import random
 from collections.abc import Mapping
+from datetime import timedelta
 from typing import Any
+from urllib.parse import urlsplit
 
-from deadletter.conf import conf
+from deadletter.conf import ALERT_KEYS, conf
 from deadletter.queue import limits
 
 __all__ = [
@@ -23,6 +26,7 @@ __all__ = [
     "POLICY_KEYS",
     "Policy",
     "PolicyProblem",
+    "alerts_problems",
     "backoff_problem",
     "breaker_problem",
     "handler_path",
@@ -39,6 +43,7 @@ POLICY_KEYS = (
     "archive_for",
     "max_age",
     "editable",
+    "alerts",
 )
 JITTER = 0.1  # a backoff's wait is spread by up to this share either way
 HELD_WAIT = 3600.0
@@ -162,6 +167,79 @@ def policy_problems(name: str, value: Any) -> list[PolicyProblem]:
     ):
         if problem is not None:
             problems.append(PolicyProblem(name, key, problem))
+    if "alerts" in value:
+        problems += [
+            PolicyProblem(name, "alerts", problem)
+            for problem in alerts_problems(value["alerts"], f"{where}['alerts']")
+        ]
+    return problems
+
+
+def alerts_problems(value: Any, where: str = "DEADLETTER_ALERTS") -> list[str]:
+    """Everything wrong with a dict of alert rules (`DEADLETTER_ALERTS`, E024, or a
+    queue's `alerts`, E025): the evaluator reads them as checked here."""
+    if not isinstance(value, Mapping):
+        return [f"{where} must be a dict of alert rules, got {value!r}"]
+    problems = [
+        f"{where} has unknown key {key!r}; known: " + ", ".join(ALERT_KEYS)
+        for key in value
+        if key not in ALERT_KEYS
+    ]
+    for key in ("new_cause", "reopened_cause", "breaker"):
+        if key in value and not isinstance(value[key], bool):
+            problems.append(f"{where}[{key!r}] must be True or False, got {value[key]!r}")
+    depth = value.get("depth")
+    if depth is not None and (not isinstance(depth, int) or isinstance(depth, bool) or depth < 1):
+        problems.append(f"{where}['depth'] must be None or an int of at least 1, got {depth!r}")
+    for key in ("oldest_age", "stalled"):
+        problems += _span_problem(value.get(key), f"{where}[{key!r}]")
+    expiring = value.get("expiring")
+    if expiring is True and conf.EXPIRY_WARNING is None:
+        problems.append(
+            f"{where}['expiring'] is True, which means DEADLETTER_EXPIRY_WARNING's horizon, "
+            "but that is unset: give a timedelta"
+        )
+    elif not isinstance(expiring, bool):
+        problems += _span_problem(expiring, f"{where}['expiring']", "True (the expiry warning), ")
+    if "channels" in value:
+        problems += _channels_problems(value["channels"], f"{where}['channels']")
+    return problems
+
+
+def _span_problem(value: Any, where: str, also: str = "") -> list[str]:
+    if value is None or (isinstance(value, timedelta) and value > timedelta(0)):
+        return []
+    options = f"None, {also}or" if also else "None or"
+    return [f"{where} must be {options} a timedelta above 0, got {value!r}"]
+
+
+def _channels_problems(value: Any, where: str) -> list[str]:
+    """A list of "mail_admins" and {"webhook": https URL, "secret": str}."""
+    if not isinstance(value, list | tuple):
+        return [f"{where} must be a list of channels, got {value!r}"]
+    problems = []
+    for index, channel in enumerate(value):
+        at = f"{where}[{index}]"
+        if channel == "mail_admins":
+            continue
+        if not isinstance(channel, Mapping):
+            problems.append(
+                f'{at} must be "mail_admins" or {{"webhook": url, "secret": str}}, got {channel!r}'
+            )
+            continue
+        unknown = sorted(str(k) for k in channel if k not in ("webhook", "secret"))
+        if unknown:
+            problems.append(f"{at} has unknown key {unknown[0]!r}; known: webhook, secret")
+        url = channel.get("webhook")
+        parts = urlsplit(url) if isinstance(url, str) else None
+        if parts is None or parts.scheme != "https" or not parts.hostname:
+            problems.append(f"{at}['webhook'] must be an https:// URL, got {url!r}")
+        secret = channel.get("secret")
+        if not isinstance(secret, str) or not secret:
+            problems.append(
+                f"{at} needs a 'secret' (a non-empty str the webhook's signature is made "
+                f"with), got {secret!r}"
+            )
     return problems
 
 
