@@ -1,13 +1,14 @@
 """Handlers: `DEADLETTER_HANDLERS` read, checked and imported before any row is
 touched, each with its queue's policy (`policy`). `handler_problems` is the one
 place of checks E002-E005 and E013-E015's logic: the system check and the drain
-both call it.
+both call it. `BUILTIN_HANDLERS` are the app's own queues, drained without the
+project naming them; a project's entry for one of them wins.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from django.utils.module_loading import import_string
@@ -27,15 +28,23 @@ from deadletter.wire import keys
 from deadletter.wire.messages import Message
 
 __all__ = [
+    "BUILTIN_HANDLERS",
     "Handler",
     "HandlerProblem",
     "Loaded",
+    "configured_handlers",
     "handler_problems",
     "load_handlers",
     "max_attempts_problem",
 ]
 
 Handler = Callable[[Message], Message | None]
+
+BUILTIN_HANDLERS: Mapping[str, str] = {
+    "deadletter.alerts": "deadletter.reports.alerts.redeliver.handle",
+}
+"""The app's own queues and their handlers, by dotted path (the drain imports no
+`reports` module): alerts a channel could not take are retried like any message."""
 
 
 class Loaded(NamedTuple):
@@ -129,11 +138,27 @@ def _default_problems() -> list[HandlerProblem]:
     return [HandlerProblem("", None, kind, text) for kind, text in found if text is not None]
 
 
+def configured_handlers(named: Collection[str] = ()) -> Any:
+    """`DEADLETTER_HANDLERS` with the built-in queues it does not name after its own
+    (as it is when it is no dict: `handler_problems` says what is wrong). A project
+    that names no queue gets only the built-in ones in `named`: a site without
+    handlers of its own runs no drain unless asked for one of them."""
+    handlers = conf.HANDLERS
+    if not isinstance(handlers, Mapping):
+        return handlers
+    builtin = {
+        name: path
+        for name, path in BUILTIN_HANDLERS.items()
+        if name not in handlers and (handlers or name in named)
+    }
+    return {**handlers, **builtin}
+
+
 def load_handlers(queues: Sequence[str] | None = None) -> dict[str, Loaded]:
     """Queue -> `Loaded` (dotted path, handler, policy) for `queues` (every
-    configured queue by default), or `DrainConfigError` naming every problem,
-    before any row is read."""
-    configured = conf.HANDLERS
+    configured queue, the built-in ones too, by default), or `DrainConfigError`
+    naming every problem, before any row is read."""
+    configured = configured_handlers(queues or ())
     problems = handler_problems(configured)
     if problems:
         raise DrainConfigError("; ".join(str(p) for p in problems))
