@@ -13,6 +13,13 @@ class DeadletterConfig(AppConfig):
 
         checks.register()
 
+        from deadletter import signals
+        from deadletter.reports.alerts import evaluate
+
+        signals.drain_pass_finished.connect(
+            evaluate.on_drain_pass, dispatch_uid="deadletter.alerts"
+        )
+
         if conf.CAPTURE_TASKS:
             # The other way to opt in to deadletter.contrib.tasks, without its app entry.
             from deadletter.contrib.tasks import capture

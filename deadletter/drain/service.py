@@ -15,6 +15,9 @@ leaves (at least `REDRIVE_TURN` seconds), then hands the one in progress back as
 planned and makes its next pass. So a long redrive never holds the queues' own
 drain back by more than a turn, and another service may carry it on. Then the
 archive's retention (`archive_retention.purge`) gets up to `PURGE_TURN` seconds.
+After each pass `signals.drain_pass_finished` is sent, on which the alert rules
+are evaluated (`reports.alerts`, connected by the app: the drain does not import
+reports).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from typing import Any
 
 from django.db import DatabaseError
 
+from deadletter import signals
 from deadletter.conf import conf
 from deadletter.drain.errors import DrainConfigError
 from deadletter.drain.redrive_turns import redrive_turn
@@ -167,6 +171,7 @@ def serve(
         )
         if on_pass is not None:
             on_pass(report)
+        _pass_finished(report)
         turn_began = time.monotonic()
         total.redrives += _redrives(drainer, max(interval, REDRIVE_TURN))
         sweep_at = _search_upkeep(sweep_at)
@@ -176,6 +181,20 @@ def serve(
         drainer.pause_between_passes(max(0.0, interval - (time.monotonic() - turn_began)))
     total.stopped_by = drainer.stopped_by
     return total
+
+
+def _pass_finished(report: DrainReport) -> None:
+    """`drain_pass_finished` to its receivers (the alert rules' evaluation); one that
+    raises is logged, and the service goes on to its next pass."""
+    for receiver, result in signals.drain_pass_finished.send_robust("deadletter", report=report):
+        if isinstance(result, Exception):
+            logger.error(
+                "drain_pass_finished receiver %r failed: %s",
+                receiver,
+                reconnect.first_line(result),
+                exc_info=result,
+            )
+            reconnect.close_if_lost(sql.connection())
 
 
 def _redrives(drainer: Drainer, seconds: float) -> int:
