@@ -9,20 +9,22 @@ key seen, so no transaction or cursor stays open while the caller works.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import enum
 import logging
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 from asgiref.sync import sync_to_async
-from django.db import DatabaseError
+from django.db import DatabaseError, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from deadletter import signals
 from deadletter.conf import conf
-from deadletter.queue import age
+from deadletter.queue import age, incidents
 from deadletter.queue.causes import signature_at_park
 from deadletter.queue.rows import (
     REREAD,
@@ -99,7 +101,7 @@ def store_failed_msgs(queue: str, msg: Message) -> bytes:
         detached.settle_now_and_then(connection)
     key = keys.new_key(prefix)
     try:
-        key = insert_value(connection, prefix, value, queue=queue, key=key, signature=signature)
+        key = _insert(connection, prefix, value, queue, key, signature)
     except QueueingError:
         lost = reconnect.close_if_lost(connection)  # the next park connects afresh
         if not lost or private:  # the caller's transaction's park fails loudly
@@ -129,7 +131,53 @@ def _park_again(
         raise QueueingError from exc
     if present:
         return key
-    return insert_value(connection, prefix, value, queue=queue, key=key, signature=signature)
+    return _insert(connection, prefix, value, queue, key, signature)
+
+
+def _insert(
+    connection: BaseDatabaseWrapper,
+    prefix: bytes,
+    value: bytes,
+    queue: str,
+    key: bytes,
+    signature: str | None,
+) -> bytes:
+    """The park's INSERT; a row that carries a failure (`signature`: a capture's
+    `LastError`) has it noted on its cause in the same transaction. Without one,
+    the single INSERT in autocommit it always was."""
+    if signature is None:
+        return insert_value(connection, prefix, value, queue=queue, key=key)
+    with _one_transaction(connection):
+        key = insert_value(connection, prefix, value, queue=queue, key=key, signature=signature)
+        try:
+            incidents.note_failure(connection, queue, signature, at=datetime.now(UTC))
+        except DatabaseError as exc:
+            logger.exception("store failed queue=%s", queue)
+            raise QueueingError from exc
+    return key
+
+
+@contextlib.contextmanager
+def _one_transaction(connection: BaseDatabaseWrapper) -> Iterator[None]:
+    """A transaction on `connection`: the one it is in already (a test case's, a
+    deferred park's flush), an atomic block on the alias's own connection, or by
+    hand on a private one (`detached.private_connection`, not in `connections`)."""
+    if connection.in_atomic_block or not connection.get_autocommit():
+        yield
+    elif connections[connection.alias] is connection:
+        with transaction.atomic(using=connection.alias):
+            yield
+    else:
+        connection.set_autocommit(False)
+        try:
+            yield
+        except BaseException:
+            connection.rollback()
+            raise
+        else:
+            connection.commit()
+        finally:
+            connection.set_autocommit(True)
 
 
 def _present_sql(connection: BaseDatabaseWrapper) -> str:
@@ -155,14 +203,7 @@ class _ParkLater:
     signature: str | None
 
     def __call__(self, connection: BaseDatabaseWrapper) -> bytes:
-        key = insert_value(
-            connection,
-            self.prefix,
-            self.value,
-            queue=self.queue,
-            key=self.key,
-            signature=self.signature,
-        )
+        key = _insert(connection, self.prefix, self.value, self.queue, self.key, self.signature)
         if key != self.key:
             logger.warning(
                 "deferred store took another key queue=%s key=%s was=%s",

@@ -14,7 +14,7 @@ import contextlib
 import dataclasses
 import logging
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from django.db import DatabaseError, Error, NotSupportedError, transaction
@@ -23,7 +23,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from deadletter import signals
 from deadletter.conf import conf
 from deadletter.models import QueuedMessage, QueuedMessageQuerySet
-from deadletter.queue import age, archive_write
+from deadletter.queue import age, archive_write, incidents
 from deadletter.queue.causes import signature_of
 from deadletter.queue.rows import (
     LAST_ERROR_KEY,
@@ -104,30 +104,31 @@ def rewrite_msg(key: bytes, msg: Message, *, due_at: datetime | None = None) -> 
     False when the row is gone (nothing is written then). Raises `QueueingError`.
     The cause of its `LastError` (`causes.signature_of`) goes in the same statement,
     so the admin groups failures without decoding rows, and so does `due_at`, when
-    a backoff next hands it over (None: due now)."""
+    a backoff next hands it over (None: due now). The failure is noted on its cause
+    (`incidents.note_failure`) in the same transaction."""
     key = bytes(key)
     connection = sql.connection()
     try:
         value = codec.encode_one(msg)
     except (codec.CodecError, TypeError, ValueError) as exc:
         raise QueueingError from exc
+    signature = signature_of(msg.extra.get(LAST_ERROR_KEY))
     try:
-        return bool(
-            sql.write(
+        with _noting(connection, signature):
+            changed = sql.write(
                 connection,
                 sql.statement(
                     connection,
                     "UPDATE {table} SET value = %s, signature = %s, due_at = %s, search_pending = 1"
                     " WHERE {key} = %s",
                 ),
-                (
-                    value,
-                    signature_of(msg.extra.get(LAST_ERROR_KEY)),
-                    connection.ops.adapt_datetimefield_value(due_at),
-                    key,
-                ),
+                (value, signature, connection.ops.adapt_datetimefield_value(due_at), key),
             )
-        )
+            if changed:
+                incidents.note_failure(
+                    connection, keys.queue_of(key), signature, at=datetime.now(UTC)
+                )
+        return bool(changed)
     except DatabaseError as exc:
         logger.exception("rewrite failed key=%s", key.hex())
         raise QueueingError from exc
@@ -177,7 +178,8 @@ def drop_msg(
 ) -> bool:
     """Delete the row `key` because its message is thrown away, archiving `msg`
     (with `error`, the failure that dropped it, as its `LastError`) by `actor` in
-    the same transaction; sends `message_dropped` with `reason` after the commit.
+    the same transaction, where a permanent or last failure is also noted on its
+    cause (`incidents`); sends `message_dropped` with `reason` after the commit.
     False when the row was already gone. Raises `QueueingError`."""
     key = bytes(key)
     reason = DropReason(reason)
@@ -199,6 +201,10 @@ def drop_msg(
             deleted = sql.write(connection, delete_sql(connection), (key,))
             if deleted:
                 record_drop(connection, queue, reason)
+                if reason in _FAILURES:
+                    incidents.note_failure(
+                        connection, queue, _drop_signature(msg, error), at=datetime.now(UTC)
+                    )
                 blob = archived if archived is not None else value
                 if blob is not None:
                     archive_write.archive_rows(connection, queue, [(key, blob)], reason, actor)
@@ -209,6 +215,27 @@ def drop_msg(
         logger.info("dropped message queue=%s key=%s reason=%s", queue, key.hex(), reason)
         sql.dropped(connection, queue, key, msg, str(reason))
     return bool(deleted)
+
+
+def _noting(
+    connection: BaseDatabaseWrapper, signature: str | None
+) -> contextlib.AbstractContextManager[object]:
+    """The transaction a row change and its cause's note share: the caller's when it
+    holds one (no savepoint), one of their own otherwise; none without a note."""
+    if signature is None:
+        return contextlib.nullcontext()
+    return transaction.atomic(using=connection.alias, savepoint=False)
+
+
+_FAILURES = frozenset({DropReason.PERMANENT, DropReason.MAX_ATTEMPTS})
+"""The drops that are failures of a handler, each noted on its cause."""
+
+
+def _drop_signature(msg: Message | None, error: str | None) -> str | None:
+    """The cause of a dropping failure: `error`'s, else the message's `LastError`'s."""
+    if error is not None:
+        return signature_of(error)
+    return None if msg is None else signature_of(msg.extra.get(LAST_ERROR_KEY))
 
 
 def _value_sql(connection: BaseDatabaseWrapper) -> str:
