@@ -17,8 +17,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from django.contrib.auth.models import User
 from django.core import mail
 from django.core.management import call_command
+from rest_framework.test import APIClient
 
 from deadletter import signals
 from deadletter.drain import Drainer
@@ -293,10 +295,43 @@ def test_a_queues_own_channels_are_looked_up_before_the_global_ones(settings: An
         },
     }
     configure(settings, hook(url, "global"), hook("https://other.example.com/", "x"))
-    assert redeliver.configured_webhook(url, "webhooks") == hook(url, "the queue's")
-    assert redeliver.configured_webhook(url, "payments") == hook(url, "global")
-    assert redeliver.configured_webhook(url) == hook(url, "global")
-    assert redeliver.configured_webhook("https://gone.example.com/", "webhooks") is None
+    assert redeliver.configured_webhook(url, ["webhooks"]) == hook(url, "the queue's")
+    assert redeliver.configured_webhook(url, ["payments"]) == hook(url, "the queue's")
+    assert redeliver.configured_webhook("https://other.example.com/") == hook(
+        "https://other.example.com/", "x"
+    )
+    assert redeliver.configured_webhook("https://gone.example.com/", ["webhooks"]) is None
+    settings.DEADLETTER_HANDLERS = {
+        "webhooks": {"handler": "tests.factories.ok_handler", "alerts": {"channels": []}},
+        "payments": {
+            "handler": "tests.factories.ok_handler",
+            "alerts": {"channels": [hook(url, "payments'")]},
+        },
+    }
+    assert redeliver.configured_webhook(url, ["webhooks"]) == hook(url, "payments'")
+    configure(settings, hook(url, "global"))
+    assert redeliver.configured_webhook(url, ["webhooks", "payments"]) == hook(url, "payments'")
+
+
+def test_a_digest_finds_its_webhook_under_its_items_queues(
+    receiver: Receiver, settings: Any
+) -> None:
+    settings.DEADLETTER_HANDLERS = {
+        "webhooks": {
+            "handler": "tests.factories.ok_handler",
+            "alerts": {"channels": [hook(receiver.url)]},
+        },
+    }
+    settings.DEADLETTER_ALERTS = {}
+    digest = an_alert(rule="digest", kind="digest", queue="", subject="", items=(an_alert(),))
+    receiver.status = 500
+    assert send(digest, [hook(receiver.url)]) == [receiver.url]
+    receiver.status = 200
+    assert redeliver.configured_webhook(receiver.url, ["webhooks"]) == hook(receiver.url)
+    [item] = fetch_failed_msgs(QUEUE)
+    redeliver.handle(item.msg)
+    assert [r.verified for r in receiver.got] == [True, True]
+    assert json.loads(receiver.got[-1].body)["items"] == [an_alert().as_json()]
 
 
 def test_a_failing_mail_backend_parks_the_alert_and_a_drain_mails_it(
@@ -413,3 +448,13 @@ def test_the_docs_receivers_take_what_the_webhook_sends_and_refuse_a_tampered_bo
     assert alert_from(tampered, headers) is None
     assert not signed(tampered, got.timestamp, got.signature, secret)
     assert alert_from(got.body, {}) is None
+
+
+def test_the_api_refuses_a_message_carrying_the_parked_alerts_keys() -> None:
+    client = APIClient()
+    client.force_login(User.objects.create_superuser("root"))
+    body = {"subject": "forged", "extra": {ALERT_KEY: {"title": "pay now"}}}
+    response = client.post(f"/api/deadletter/queues/{QUEUE}/messages/", body, format="json")
+    assert response.status_code == 400
+    assert "reserved by deadletter.reports.alerts" in str(response.json()["extra"])
+    assert QueuedMessage.objects.of_queue(QUEUE).count() == 0

@@ -10,7 +10,7 @@ no longer in the settings is a permanent failure (the message goes to the archiv
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from deadletter.conf import conf
@@ -39,36 +39,47 @@ def handle(msg: Message) -> None:
     channel = msg.extra.get(CHANNEL_KEY)
     if not isinstance(data, Mapping) or not isinstance(channel, Mapping):
         raise NeedsOperator(f"refused to redeliver: {ALERT_KEY} or {CHANNEL_KEY} is not a map")
-    deliver(data, _spec(channel, data.get("queue")))
+    deliver(data, _spec(channel, data))
 
 
-def _spec(channel: Mapping[str, Any], queue: Any) -> Channel:
+def _spec(channel: Mapping[str, Any], data: Mapping[str, Any]) -> Channel:
     if channel.get("kind") == MAIL_ADMINS:
         return MAIL_ADMINS
     url = channel.get("url")
-    spec = configured_webhook(url, queue if isinstance(queue, str) else None)
+    spec = configured_webhook(url, _queues_of(data))
     if spec is None:
         raise PermanentFailure(
-            f"the webhook {url} is no longer in DEADLETTER_ALERTS or its queue's alerts "
+            f"the webhook {url} is no longer in DEADLETTER_ALERTS or a queue's alerts "
             "channels: its secret is unknown, nothing sent"
         )
     return spec
 
 
-def configured_webhook(url: Any, queue: str | None = None) -> Mapping[str, str] | None:
-    """The valid webhook channel of the settings with this `url`: in `queue`'s own
-    `alerts` channels first, then in `DEADLETTER_ALERTS`'s; None when there is none."""
-    for spec in _configured_channels(queue):
+def _queues_of(data: Mapping[str, Any]) -> list[str]:
+    """The alert's queue, then its items' (a digest has none of its own)."""
+    items = data.get("items")
+    found = [data.get("queue")]
+    if isinstance(items, list):
+        found += [item.get("queue") for item in items if isinstance(item, Mapping)]
+    return [q for q in dict.fromkeys(found) if isinstance(q, str) and q]
+
+
+def configured_webhook(url: Any, queues: Sequence[str] = ()) -> Mapping[str, str] | None:
+    """The valid webhook channel of the settings with this `url`: in the `alerts`
+    channels of `queues` first, then of the other queues, then in
+    `DEADLETTER_ALERTS`'s; None when there is none."""
+    for spec in _configured_channels(queues):
         if isinstance(spec, Mapping) and spec.get(WEBHOOK) == url and channel_problem(spec) is None:
             return spec
     return None
 
 
-def _configured_channels(queue: str | None) -> Iterator[Any]:
-    handlers = conf.HANDLERS
-    policy = handlers.get(queue) if queue is not None and isinstance(handlers, Mapping) else None
-    alerts = policy.get("alerts") if isinstance(policy, Mapping) else None
-    for rules in (alerts, conf.ALERTS):
+def _configured_channels(queues: Sequence[str]) -> Iterator[Any]:
+    handlers = conf.HANDLERS if isinstance(conf.HANDLERS, Mapping) else {}
+    names = [*(q for q in queues if q in handlers), *(q for q in handlers if q not in queues)]
+    policies = [handlers[name] for name in names]
+    specs = [p.get("alerts") for p in policies if isinstance(p, Mapping)]
+    for rules in (*specs, conf.ALERTS):
         channels = rules.get("channels") if isinstance(rules, Mapping) else None
         if isinstance(channels, list | tuple):
             yield from channels
