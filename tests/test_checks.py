@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from django.core.management import call_command
+from django.core.management.base import SystemCheckError
 
 from deadletter.checks import (
     check_api_mount,
@@ -404,3 +405,12 @@ def test_a_queues_archive_for_max_age_and_editable_pass_when_sound(settings: Any
         }
     }
     assert check_handlers() == []
+
+
+def test_manage_py_check_fails_on_an_alert_rule_without_a_site_url(settings: Any) -> None:
+    settings.DEADLETTER_ALERTS = {"new_cause": True, "channels": [{"webhook": "https://h.example"}]}
+    with pytest.raises(SystemCheckError) as failed:
+        call_command("check", stdout=io.StringIO(), stderr=io.StringIO())
+    said = str(failed.value)
+    assert "deadletter.E024" in said and "needs a 'secret'" in said
+    assert "deadletter.E026" in said

@@ -28,7 +28,7 @@ from deadletter.queue import incidents
 from deadletter.reports.alerts import channels, state
 from deadletter.reports.alerts.alert import Alert, admin_link, render_text, span_text, title_of
 from deadletter.reports.alerts.figures import QueueFigures, heads, queues_of, read_figures
-from deadletter.reports.alerts.rules import Rules, configured_queues, rules_for
+from deadletter.reports.alerts.rules import Rules, any_rule_on, configured_queues, rules_for
 from deadletter.store import reconnect, sql
 
 __all__ = ["DIGEST_AFTER", "Evaluation", "evaluate", "on_drain_pass"]
@@ -81,7 +81,7 @@ def evaluate(
     now = now or datetime.now(UTC)
     result = Evaluation()
     queues = [q for q in configured_queues() if q != channels.QUEUE]
-    if not (rules_for("").any_on or any(rules_for(q).any_on for q in queues)):
+    if not any_rule_on(queues):
         return result
     connection = sql.connection()
     head_keys = {q: k for q, k in heads(connection).items() if q != channels.QUEUE}

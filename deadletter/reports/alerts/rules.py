@@ -13,7 +13,7 @@ from typing import Any
 
 from deadletter.conf import conf
 
-__all__ = ["Rules", "configured_queues", "rules_for"]
+__all__ = ["Rules", "any_rule_on", "configured_queues", "rules_for"]
 
 Channel = str | Mapping[str, str]
 
