@@ -17,7 +17,6 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Mapping
 from typing import Any
 
 from deadletter.exceptions import DeadletterError
@@ -109,7 +108,6 @@ def post(
     *,
     timeout: float = TIMEOUT,
     now: float | None = None,
-    headers: Mapping[str, str] | None = None,
 ) -> int:
     """POST `body` (JSON) to `url`, signed under `secret` at `now` (the clock when
     None); returns the 2xx status, else raises `WebhookFailed`."""
@@ -126,7 +124,6 @@ def post(
             "User-Agent": "deadletter-alerts",
             TIMESTAMP_HEADER: timestamp,
             SIGNATURE_HEADER: sign(body, timestamp, secret),
-            **(headers or {}),
         },
     )
     try:
