@@ -283,3 +283,12 @@ def test_two_evaluators_at_once_send_one_alert(monkeypatch: pytest.MonkeyPatch) 
     assert len(sent) == 1 and len(mail.outbox) == 1
     assert AlertState.objects.get(rule="new_cause").sent_at is not None
     assert connection.vendor in ("sqlite", "postgresql", "mysql")
+
+
+def test_a_cause_rule_turned_off_clears_its_alert_with_a_resolved_note(settings: Any) -> None:
+    park("invoice 1", queue="billing")
+    drain()
+    evaluate()
+    settings.DEADLETTER_ALERTS = {"channels": ["mail_admins"], "depth": 100}
+    assert evaluate().cleared == 1
+    assert f"resolved: new cause in billing: {SIGNATURE}" in mail.outbox[-1].subject

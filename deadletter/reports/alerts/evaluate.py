@@ -225,9 +225,10 @@ def _settle(
             continue
         cause = causes.get((row.queue, row.subject))
         later = cause is not None and cause.opened_at > row.fired_at
+        turned_off = not getattr(rules_for(row.queue), row.rule)
         if later and key in findings:
             refire.append(row)
-        elif cause is None or later or cause.status == Cause.Status.RESOLVED:
+        elif cause is None or later or turned_off or cause.status == Cause.Status.RESOLVED:
             clear.append(row)
         elif row.sent_at is None and incidents.effective_status(cause, now) == Cause.Status.OPEN:
             keep[key] = findings.get(key) or _stored_finding(row)
