@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 import pytest
 from django.contrib.auth.models import User
 from django.core import mail
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 from django.db import connection, connections
 from django.test import Client
 
@@ -292,3 +292,10 @@ def test_a_cause_rule_turned_off_clears_its_alert_with_a_resolved_note(settings:
     settings.DEADLETTER_ALERTS = {"channels": ["mail_admins"], "depth": 100}
     assert evaluate().cleared == 1
     assert f"resolved: new cause in billing: {SIGNATURE}" in mail.outbox[-1].subject
+
+
+def test_the_command_exits_non_zero_on_a_database_error(unreachable_db: Any) -> None:
+    with pytest.raises(CommandError) as failed:
+        call_command("deadletter_alerts", stdout=io.StringIO())
+    assert "cannot reach database 'default'" in str(failed.value)
+    assert failed.value.returncode == 1
