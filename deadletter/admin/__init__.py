@@ -36,6 +36,7 @@ from deadletter import drain
 from deadletter.admin import (  # noqa: F401
     archive,
     bulk,
+    causes,
     edits,
     overview,
     overview_entry,

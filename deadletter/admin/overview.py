@@ -27,7 +27,7 @@ from django.utils.http import urlencode
 from deadletter import drain
 from deadletter.admin import rows
 from deadletter.conf import conf
-from deadletter.queue import browse, claims
+from deadletter.queue import browse, claims, incidents
 from deadletter.queue.api import queue_names
 from deadletter.reports import overview, queues, summaries
 from deadletter.store import counters, sql
@@ -37,6 +37,7 @@ MAX_DRAIN_LIMIT = 10_000
 PURGE_CHUNK = 200
 # Queues shown on one page of the overview, in name order (one index seek each).
 QUEUES_PER_PAGE = 50
+VIEW_CAUSE = "deadletter.view_cause"
 
 
 class QueuedMessageAdmin(Protocol):
@@ -110,9 +111,11 @@ def overview_page(model_admin: QueuedMessageAdmin, request: HttpRequest) -> Http
     page = _queue_page(request)
     shown = overview.overview(page.names, now=now, horizon=horizon)
     dropped = counters.drop_counts(sql.connection(), [q.name for q in shown])
+    known = _causes_of(request, shown)
     listed = [
         {
             "q": q,
+            "causes": [(c, *known.get((q.name, c.signature), (None, ""))) for c in q.causes],
             "parked": rows.render_time(q.oldest_enqueued),
             "age": rows.ago(q.oldest_enqueued, now),
             "failure": rows.render_time(q.oldest_failure),
@@ -138,8 +141,26 @@ def overview_page(model_admin: QueuedMessageAdmin, request: HttpRequest) -> Http
         previous_url=_page_url("before", page.names[0]) if page.more_before else None,
         next_url=_page_url("after", page.names[-1]) if page.more_after else None,
         no_handler=[q.name for q in shown if q.no_handler],
+        may_view_causes=request.user.has_perm(VIEW_CAUSE),
     )
     return TemplateResponse(request, "admin/deadletter/queuedmessage/overview.html", context)
+
+
+def _causes_of(
+    request: HttpRequest, shown: list[overview.QueueOverview]
+) -> dict[tuple[str, str], tuple[str, str]]:
+    """The page's causes as incidents: (queue, signature) -> (the cause's admin page,
+    its status now); nothing for a user who may not view causes."""
+    if not request.user.has_perm(VIEW_CAUSE):
+        return {}
+    found = incidents.for_queues([q.name for q in shown if q.causes])
+    return {
+        pair: (
+            reverse("admin:deadletter_cause_change", args=[cause.pk]),
+            incidents.effective_status(cause),
+        )
+        for pair, cause in found.items()
+    }
 
 
 def _queue_page(request: HttpRequest) -> queues.QueuePage:

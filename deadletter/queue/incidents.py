@@ -26,6 +26,7 @@ __all__ = [
     "acknowledge",
     "causes",
     "effective_status",
+    "for_queues",
     "mute",
     "note_failure",
     "open_causes",
@@ -151,6 +152,12 @@ def resolved_causes(since: datetime) -> list[Cause]:
     note for an alert sent about them."""
     found = causes().filter(status=Status.RESOLVED, resolved_at__gte=since)
     return list(found.order_by("resolved_at", "id"))
+
+
+def for_queues(names: Iterable[str]) -> dict[tuple[str, str], Cause]:
+    """The causes of the queues `names` by (queue, signature): one statement on the
+    (queue, last_seen, id) index, for a page that shows a few queues' causes."""
+    return {(c.queue, c.signature): c for c in causes().filter(queue__in=list(names))}
 
 
 def acknowledge(ids: Iterable[int], *, owner: str, note: str | None = None) -> int:
