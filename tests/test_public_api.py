@@ -55,6 +55,7 @@ def test_the_public_modules_keep_their_names() -> None:
 def test_the_management_commands_keep_their_names() -> None:
     ours = {name for name, app in get_commands().items() if app == "deadletter"}
     assert ours == {
+        "deadletter_alerts",
         "deadletter_drain",
         "deadletter_dump",
         "deadletter_export_kv",
