@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 
 from django.utils.module_loading import import_string
 
-from deadletter.conf import conf
+from deadletter.conf import BUILTIN_HANDLERS, conf
 from deadletter.drain.errors import DrainConfigError
 from deadletter.drain.policy import (
     Policy,
@@ -39,12 +39,6 @@ __all__ = [
 ]
 
 Handler = Callable[[Message], Message | None]
-
-BUILTIN_HANDLERS: Mapping[str, str] = {
-    "deadletter.alerts": "deadletter.reports.alerts.redeliver.handle",
-}
-"""The app's own queues and their handlers, by dotted path (the drain imports no
-`reports` module): alerts a channel could not take are retried like any message."""
 
 
 class Loaded(NamedTuple):

@@ -214,7 +214,8 @@ def _span_problem(value: Any, where: str, also: str = "") -> list[str]:
 
 
 def _channels_problems(value: Any, where: str) -> list[str]:
-    """A list of "mail_admins" and {"webhook": https URL, "secret": str}."""
+    """A list of "mail_admins" and {"webhook": http(s) URL, "secret": str}: the
+    signature, not the scheme, is what a receiver trusts; https keeps the body private."""
     if not isinstance(value, list | tuple):
         return [f"{where} must be a list of channels, got {value!r}"]
     problems = []
@@ -232,8 +233,8 @@ def _channels_problems(value: Any, where: str) -> list[str]:
             problems.append(f"{at} has unknown key {unknown[0]!r}; known: webhook, secret")
         url = channel.get("webhook")
         parts = urlsplit(url) if isinstance(url, str) else None
-        if parts is None or parts.scheme != "https" or not parts.hostname:
-            problems.append(f"{at}['webhook'] must be an https:// URL, got {url!r}")
+        if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+            problems.append(f"{at}['webhook'] must be an http(s):// URL, got {url!r}")
         secret = channel.get("secret")
         if not isinstance(secret, str) or not secret:
             problems.append(

@@ -15,7 +15,7 @@ from typing import Any
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from deadletter.conf import conf
+from deadletter.conf import BUILTIN_HANDLERS, conf
 from deadletter.models import ArchivedMessage
 from deadletter.queue import age
 from deadletter.queue.api import queue_names
@@ -238,7 +238,7 @@ def overview(
             causes=by_queue.get(name, []),
             waiting=_count(waiting),
             paused=name in passes and passes[name].paused,
-            no_handler=bool(depth) and name not in handlers,
+            no_handler=bool(depth) and name not in handlers and name not in BUILTIN_HANDLERS,
             archived=_count(archived),
         )
         for name, (depth, expiring, expired, legacy, key, value, waiting, archived) in zip(

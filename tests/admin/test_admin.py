@@ -888,10 +888,11 @@ def test_overview_names_the_parked_queues_no_handler_delivers(admin_client, sett
     settings.DEADLETTER_HANDLERS = {"served": "tests.factories.ok_handler"}
     store_failed_msgs("served", Message(subject="a"))
     store_failed_msgs("orphan", Message(subject="b"))
+    store_failed_msgs("deadletter.alerts", Message(subject="an alert not sent"))  # built in
     page = open_page(admin_client, "/admin/deadletter/")
     page = open_page(admin_client, page.link("Queue overview"))
     warning = page.text.split('id="dl-no-handler"', 1)[1].split("</li>", 1)[0]
-    assert "orphan" in warning and "served" not in warning
+    assert "orphan" in warning and "served" not in warning and "deadletter.alerts" not in warning
     assert page.text.count(">no handler</span>") == 1
     listing = open_page(admin_client, page.link("orphan"))
     assert "b" in listing.text

@@ -54,8 +54,8 @@ def test_sound_rules_with_a_site_url_pass(settings: Any) -> None:
             "DEADLETTER_ALERTS['channels'][0] needs a 'secret'",
         ),
         (
-            {"channels": [{"webhook": "http://h.example.com/", "secret": "s"}]},
-            "['channels'][0]['webhook'] must be an https:// URL, got 'http://h.example.com/'",
+            {"channels": [{"webhook": "ftp://h.example.com/", "secret": "s"}]},
+            "['channels'][0]['webhook'] must be an http(s):// URL, got 'ftp://h.example.com/'",
         ),
         (
             {"channels": [{**HOOK, "token": "x"}]},
