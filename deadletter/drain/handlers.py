@@ -135,15 +135,17 @@ def _default_problems() -> list[HandlerProblem]:
 def configured_handlers(named: Collection[str] = ()) -> Any:
     """`DEADLETTER_HANDLERS` with the built-in queues it does not name after its own
     (as it is when it is no dict: `handler_problems` says what is wrong). A project
-    that names no queue gets only the built-in ones in `named`: a site without
-    handlers of its own runs no drain unless asked for one of them."""
+    that names no queue and sends no alert (`DEADLETTER_ALERTS` empty) gets only the
+    built-in ones in `named`: a site without handlers of its own runs no drain
+    unless asked for one of them, and one that alerts retries what it could not send."""
     handlers = conf.HANDLERS
     if not isinstance(handlers, Mapping):
         return handlers
+    wanted = bool(handlers) or bool(conf.ALERTS)
     builtin = {
         name: path
         for name, path in BUILTIN_HANDLERS.items()
-        if name not in handlers and (handlers or name in named)
+        if name not in handlers and (wanted or name in named)
     }
     return {**handlers, **builtin}
 

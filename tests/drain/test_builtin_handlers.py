@@ -46,6 +46,14 @@ def test_with_no_handler_of_its_own_only_a_named_builtin_queue_is_drained(
     assert configured_handlers() == {}
 
 
+def test_a_site_that_alerts_retries_its_alerts_with_no_handler_of_its_own(
+    settings: Any,
+) -> None:
+    settings.DEADLETTER_HANDLERS = {}
+    settings.DEADLETTER_ALERTS = {"depth": 10, "channels": ["mail_admins"]}
+    assert list(load_handlers()) == [QUEUE]
+
+
 def test_check_says_nothing_of_the_builtin_queue(settings: Any) -> None:
     settings.DEADLETTER_HANDLERS = {"q": OWN}
     assert check_handlers() == []
