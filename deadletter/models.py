@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -223,6 +224,7 @@ class QueuedMessage(models.Model):
         permissions = [
             ("drain_queuedmessage", "Can hand queued messages back to their handler"),
             ("redrive_queuedmessage", "Can start and cancel redrives of queued messages"),
+            ("view_unredacted_queuedmessage", "Can see the values DEADLETTER_REDACT hides"),
         ]
 
     def __str__(self) -> str:
@@ -495,6 +497,50 @@ class AlertState(models.Model):
         return f"{self.rule} {self.queue}{about} ({self.state})"
 
 
+class QueueAccess(models.Model):
+    """What a group or a user may do on the queues whose names match `queues` (a
+    shell-style pattern, `billing.*`). Once any row exists, a user who is not a
+    superuser sees and acts on only the queues a row grants them, and only with
+    the matching model permission too (`queue.access`); with none, the model
+    permissions alone apply."""
+
+    id = models.BigAutoField(primary_key=True)
+    group = models.ForeignKey(
+        "auth.Group", null=True, blank=True, on_delete=models.CASCADE, related_name="+"
+    )
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="+",
+    )
+    queues = models.CharField(max_length=255, help_text="A shell-style pattern: billing.*")
+    view = models.BooleanField(default=True)
+    retry = models.BooleanField(default=False)
+    edit = models.BooleanField(default=False)
+    delete = models.BooleanField(default=False)
+    redrive = models.BooleanField(default=False)
+
+    class Meta:
+        app_label = "deadletter"
+        ordering = ["queues", "id"]
+        verbose_name = "queue access"
+        verbose_name_plural = "queue access"
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(group__isnull=False, user__isnull=True)
+                | models.Q(group__isnull=True, user__isnull=False),
+                name="deadletter_queueaccess_one_holder",
+            )
+        ]
+
+    def __str__(self) -> str:
+        holder = f"group {self.group}" if self.group_id else f"user {self.user}"
+        granted = [a for a in ("view", "retry", "edit", "delete", "redrive") if getattr(self, a)]
+        return f"{holder} on {self.queues}: {', '.join(granted) or 'nothing'}"
+
+
 class DropCount(models.Model):
     """Messages of `queue` thrown away for `reason` since the table was created.
 
@@ -557,6 +603,7 @@ __all__ = [
     "HexKeyField",
     "QueuedMessage",
     "QueuedMessageQuerySet",
+    "QueueAccess",
     "QueuePass",
     "Redrive",
     "SearchTerm",
