@@ -175,22 +175,30 @@ def test_a_park_in_another_process_succeeds_while_a_web_drains_handler_runs(
 class DeleteProbe:
     """A database execute wrapper (Django's hook for instrumentation) that parks
     from another process as soon as a queue row's delete has committed: right
-    after a DELETE run outside any transaction, or at the next statement outside
-    one. With the whole request in one transaction neither comes, and a park
-    then would be locked out."""
+    after a DELETE run outside any transaction, or once the transaction it ran in
+    commits (the archive's entry and the delete are one), unless that transaction
+    is nested in another (a SAVEPOINT came first: the request's own), when it parks
+    at once and, on SQLite, is locked out."""
 
     def __init__(self, env: dict[str, str], tmp: Path) -> None:
         self.env, self.tmp = env, tmp
-        self.deleted = False
+        self.nested = False
         self.parks: list[str | None] = []
 
     def __call__(self, execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
         result = execute(sql, params, many, context)
-        if sql.lstrip().upper().startswith("DELETE") and QueuedMessage._meta.db_table in sql:
-            self.deleted = True
-        if self.deleted and not self.parks and not connection.in_atomic_block:
-            self.parks.append(web_harness.park_elsewhere(self.env, self.tmp, "elsewhere", "x"))
+        statement = sql.lstrip().upper()
+        self.nested = self.nested or statement.startswith("SAVEPOINT")
+        if statement.startswith("DELETE") and QueuedMessage._meta.db_table in sql:
+            if connection.in_atomic_block and not self.nested:
+                connection.on_commit(self.park)
+            else:
+                self.park()
         return result
+
+    def park(self) -> None:
+        if not self.parks:
+            self.parks.append(web_harness.park_elsewhere(self.env, self.tmp, "elsewhere", "x"))
 
 
 def park_expired(queue: str, count: int) -> None:
