@@ -28,7 +28,7 @@ from deadletter.queue import incidents
 from deadletter.reports.alerts import evaluate as evaluation
 from deadletter.reports.alerts import state
 from deadletter.reports.alerts.evaluate import evaluate
-from tests.factories import park
+from tests.factories import park, park_aged
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -299,3 +299,39 @@ def test_the_command_exits_non_zero_on_a_database_error(unreachable_db: Any) -> 
         call_command("deadletter_alerts", stdout=io.StringIO())
     assert "cannot reach database 'default'" in str(failed.value)
     assert failed.value.returncode == 1
+
+
+def test_an_oldest_message_past_its_age_fires_once(settings: Any) -> None:
+    settings.DEADLETTER_ALERTS = {"oldest_age": timedelta(days=1), "channels": ["mail_admins"]}
+    settings.DEADLETTER_HANDLERS = {"orders": OK}
+    park("fresh", queue="orders")
+    assert evaluate().sent == 0
+    park_aged("orders", days_ago=2)
+    done = evaluate()
+    (alert,) = done.alerts
+    assert (alert.rule, alert.queue, done.sent) == ("oldest_age", "orders", 1)
+    assert "orders" in mail.outbox[0].subject and alert.link in mail.outbox[0].body
+    assert evaluate().sent == 0 and len(mail.outbox) == 1
+
+
+def test_messages_about_to_expire_fire_once(settings: Any) -> None:
+    settings.DEADLETTER_ALERTS = {"expiring": timedelta(days=2), "channels": ["mail_admins"]}
+    settings.DEADLETTER_HANDLERS = {"orders": OK}
+    park_aged("orders", days_ago=5)  # 25 days left of the 30-day age limit
+    assert evaluate().sent == 0
+    park_aged("orders", days_ago=29, seq=2)  # one day left
+    done = evaluate()
+    (alert,) = done.alerts
+    assert (alert.rule, alert.queue, done.sent) == ("expiring", "orders", 1)
+    assert evaluate().sent == 0 and len(mail.outbox) == 1
+
+
+def test_a_tripped_breaker_fires_once(settings: Any) -> None:
+    settings.DEADLETTER_ALERTS = {"breaker": True, "channels": ["mail_admins"]}
+    settings.DEADLETTER_HANDLERS = {"billing": {"handler": FAILING, "breaker": 2}}
+    park("a", "b", "c", "d", queue="billing")
+    drain()
+    done = evaluate()
+    (alert,) = done.alerts
+    assert (alert.rule, alert.queue, done.sent) == ("breaker", "billing", 1)
+    assert evaluate().sent == 0 and len(mail.outbox) == 1
