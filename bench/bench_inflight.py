@@ -1,5 +1,6 @@
 """Issue 35: what the handler journal (`drain/inflight.py`) costs a message: a slot
-written before the handler and cleared after it (two `pwrite`s, no fsync), against
+written before the handler and cleared after it (two stores into a shared memory map, no
+system call, no fsync), against
 the same loop without a journal. Runs on a fresh SQLite file (its journal lives in
 the database's spool folder); the figure is microseconds a message, the median of
 BENCH_ROUNDS (5) rounds of BENCH_MESSAGES (100,000) messages each, no goal.
@@ -41,7 +42,7 @@ def main() -> None:
     print(
         f"bench_inflight: the handler journal costs {cost:.2f} us a message "
         f"[{min(spread):.2f}-{max(spread):.2f}], median of {ROUNDS} rounds of {MESSAGES:,} "
-        f"(enter + leave, two pwrite of {inflight.SLOT} bytes, no fsync) in {journal.folder}"
+        f"(enter + leave: two stores of a {inflight.SLOT}-byte slot, no fsync) in {journal.folder}"
     )
 
 

@@ -4,11 +4,11 @@ counts that attempt: a poison message reaches its attempt limit instead of
 killing drain after drain for ever.
 
 Before a handler runs, its key goes into a free slot of the process's journal
-(one `pwrite` of `SLOT` bytes, no fsync); when the handler returns or raises the
-slot is cleared (one `pwrite`), before the settlement, so a journaled key always
-means "its handler was running": a process killed between the handler's end and
-the settlement's commit leaves the row as it was and no attempt is counted
-twice. No fsync is needed: a SIGKILL or an OOM kill ends the process, not the
+(a store into its shared memory map, no system call, no fsync); when the handler
+returns or raises the slot is cleared (another store), before the settlement, so
+a journaled key always means "its handler was running": a process killed between
+the handler's end and the settlement's commit leaves the row as it was and no
+attempt is counted twice. No fsync is needed: a SIGKILL or an OOM kill ends the process, not the
 kernel, and the page cache it wrote keeps the slot for the next reader; only a
 crash of the machine itself loses it (then that one attempt is not counted).
 
