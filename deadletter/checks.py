@@ -18,7 +18,7 @@ from deadletter.drain.handlers import handler_problems
 from deadletter.drain.policy import alerts_problems
 from deadletter.drain.service import outage_limit_problem
 from deadletter.drain.timeouts import handler_timeout_problem, seconds_of
-from deadletter.queue import limits
+from deadletter.queue import limits, redaction
 from deadletter.store import sql
 
 
@@ -59,6 +59,16 @@ def check_settings(
             )
         )
     errors.extend(_check_database())
+    errors.extend(
+        checks.Error(
+            f"{problem}.",
+            hint="For example DEADLETTER_REDACT = {'billing.*': ['username', 'fields[0]', "
+            "'card_number', 'CeleryKwargs.email']}, or the dotted path of a callable "
+            "(queue, msg) -> names; see docs/redaction.md.",
+            id="deadletter.E028",
+        )
+        for problem in redaction.setting_problems(conf.raw("REDACT"))
+    )
     codes = conf.raw("EVENT_CODES")
     if not isinstance(codes, dict) or not all(
         isinstance(k, int) and not isinstance(k, bool) and isinstance(v, str)

@@ -61,6 +61,7 @@ _DEFAULTS: dict[str, Any] = {
     "ALERTS": {},
     "SITE_URL": None,
     "ALERT_DIGEST": DEFAULT_ALERT_DIGEST,
+    "REDACT": None,
 }
 _PREFIX = "DEADLETTER_"
 _cache: dict[str, Any] = {}
@@ -240,6 +241,14 @@ class Settings:
         """The least time between two digests: when many alerts fire at once they go
         out as one digest, and then at most one digest per this interval."""
         return _read("ALERT_DIGEST")
+
+    @property
+    def REDACT(self) -> Any:
+        """What is masked for users without `view_unredacted_queuedmessage`: a dict of
+        queue pattern (`fnmatch`) -> names (`subject`, `fields[0]`, `card_number`,
+        `CeleryKwargs.email`), or a callable `(queue, msg) -> names` or its dotted
+        path; None: nothing (`queue.redaction`)."""
+        return _read("REDACT")
 
 
 conf = Settings()

@@ -414,3 +414,49 @@ def test_manage_py_check_fails_on_an_alert_rule_without_a_site_url(settings: Any
     said = str(failed.value)
     assert "deadletter.E024" in said and "needs a 'secret'" in said
     assert "deadletter.E026" in said
+
+
+def redact_rules(queue: str, msg: Any) -> list[str]:
+    return ["username"]
+
+
+@pytest.mark.parametrize(
+    ("redact", "said"),
+    [
+        ({"billing.*": ["fields[x]"]}, "only a list part takes an index"),
+        ({"billing.*": ["subject[0]"]}, "only a list part takes an index"),
+        ({"billing.*": ["timestamp"]}, "never masked"),
+        ({"billing.*": ["CeleryKwargs..email"]}, "an empty key"),
+        ({"billing.*": "username"}, "must be a list of names"),
+        ("tests.test_checks.no_such_rules", "does not import"),
+        ("tests.test_checks.not_callable", "is not callable"),
+        (["username"], "must be a dict"),
+    ],
+)
+def test_e028_a_redact_setting_that_names_nothing(settings: Any, redact: Any, said: str) -> None:
+    settings.DEADLETTER_REDACT = redact
+    errors = check_settings()
+    assert ids(errors) == ["deadletter.E028"]
+    assert said in errors[0].msg
+
+
+@pytest.mark.parametrize(
+    "redact",
+    [
+        None,
+        {},
+        {"billing.*": ["username", "fields[0]", "card_number", "CeleryKwargs.email"]},
+        "tests.test_checks.redact_rules",
+        redact_rules,
+    ],
+)
+def test_e028_a_sound_redact_setting_passes(settings: Any, redact: Any) -> None:
+    settings.DEADLETTER_REDACT = redact
+    assert check_settings() == []
+
+
+def test_manage_py_check_fails_on_a_bad_redacted_name(settings: Any) -> None:
+    settings.DEADLETTER_REDACT = {"*": ["descriptions[one]"]}
+    with pytest.raises(SystemCheckError) as failed:
+        call_command("check", stdout=io.StringIO(), stderr=io.StringIO())
+    assert "deadletter.E028" in str(failed.value)
