@@ -417,6 +417,11 @@ _HANDLER_HINT = {
         "deadletter.E022",
         "Give True to let operators edit the queue's messages, or leave it out (False).",
     ),
+    "signature": (
+        "deadletter.E029",
+        "A handler takes handle(msg) or handle(msg, ctx) (ctx: the DeliveryContext); "
+        "give any other parameter a default.",
+    ),
     "alerts": (
         "deadletter.E025",
         "A queue's alerts dict overrides DEADLETTER_ALERTS key by key, e.g. "

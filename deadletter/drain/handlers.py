@@ -8,6 +8,7 @@ project naming them; a project's entry for one of them wins.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -35,24 +36,57 @@ __all__ = [
     "configured_handlers",
     "handler_problems",
     "load_handlers",
+    "takes_context",
     "max_attempts_problem",
 ]
 
-Handler = Callable[[Message], Message | None]
+Handler = Callable[..., Message | None]
+"""`handle(msg)` or `handle(msg, ctx)` (a `DeliveryContext`): `takes_context` says which."""
 
 
 class Loaded(NamedTuple):
-    """A queue's handler as the drain uses it: its path, the callable, its policy."""
+    """A queue's handler as the drain uses it: its path, the callable, its policy,
+    and whether it takes the delivery context as a second argument."""
 
     path: str
     handler: Handler
     policy: Policy
+    takes_context: bool = False
+
+
+def takes_context(handler: Callable[..., object]) -> bool | str:
+    """Whether `handler` is called `handler(msg, ctx)` (two or more positional
+    parameters) or `handler(msg)` (one, or only `*args`); a text saying why it can
+    be called neither way. A callable whose signature cannot be read is called
+    with the message alone, as before the context existed."""
+    try:
+        signature = inspect.signature(handler)
+    except (TypeError, ValueError):
+        return False
+    positional = required = 0
+    star = False
+    for parameter in signature.parameters.values():
+        if parameter.kind in (parameter.POSITIONAL_ONLY, parameter.POSITIONAL_OR_KEYWORD):
+            positional += 1
+            required += parameter.default is parameter.empty
+        elif parameter.kind is parameter.VAR_POSITIONAL:
+            star = True
+        elif parameter.kind is parameter.KEYWORD_ONLY and parameter.default is parameter.empty:
+            return f"has a required keyword-only parameter {parameter.name!r}"
+    if required > 2:
+        return (
+            f"takes {required} required positional parameters; a handler takes "
+            "handle(msg) or handle(msg, ctx)"
+        )
+    if positional == 0 and not star:
+        return "takes no positional parameter; a handler takes handle(msg) or handle(msg, ctx)"
+    return positional >= 2
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class HandlerProblem:
     """One thing wrong with `DEADLETTER_HANDLERS` (or the policy defaults): `kind` is
-    "setting", "import", "callable", or the policy key at fault ("keys",
+    "setting", "import", "callable", "signature", or the policy key at fault ("keys",
     "max_attempts", "backoff", "breaker")."""
 
     queue: str
@@ -61,7 +95,7 @@ class HandlerProblem:
     detail: str
 
     def __str__(self) -> str:
-        if self.kind not in ("import", "callable"):
+        if self.kind not in ("import", "callable", "signature"):
             return self.detail
         return f"handler {self.path!r} of queue {self.queue!r} {self.detail}"
 
@@ -119,6 +153,8 @@ def handler_problems(handlers: Any) -> list[HandlerProblem]:
                     name, path, "callable", f"is a {type(handler).__name__}, not callable"
                 )
             )
+        elif isinstance(form := takes_context(handler), str):
+            problems.append(HandlerProblem(name, path, "signature", form))
     return problems
 
 
@@ -168,5 +204,6 @@ def load_handlers(queues: Sequence[str] | None = None) -> dict[str, Loaded]:
     loaded = {}
     for name in wanted:
         policy = policy_of(name, configured[name])
-        loaded[name] = Loaded(policy.path, import_string(policy.path), policy)
+        handler = import_string(policy.path)
+        loaded[name] = Loaded(policy.path, handler, policy, takes_context(handler) is True)
     return loaded
