@@ -114,6 +114,17 @@ class QueuedMessageAdmin(admin.ModelAdmin):
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return KeysetChangeList
 
+    def get_changelist_instance(self, request: HttpRequest) -> ChangeList:
+        changelist = super().get_changelist_instance(request)
+        rows.show_to(changelist.result_list, request.user)
+        return changelist
+
+    def get_object(self, request: HttpRequest, object_id: str, from_field: Any = None) -> Any:
+        obj = super().get_object(request, object_id, from_field)
+        if obj is not None:
+            rows.show_to([obj], request.user)
+        return obj
+
     def get_urls(self) -> list[URLPattern]:
         wrap = self.admin_site.admin_view
         return [

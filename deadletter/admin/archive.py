@@ -165,6 +165,17 @@ class ArchivedMessageAdmin(admin.ModelAdmin):
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return ArchiveChangeList
 
+    def get_changelist_instance(self, request: HttpRequest) -> ChangeList:
+        changelist = super().get_changelist_instance(request)
+        rows.show_to([row_of(obj) for obj in changelist.result_list], request.user)
+        return changelist
+
+    def get_object(self, request: HttpRequest, object_id: str, from_field: Any = None) -> Any:
+        obj = super().get_object(request, object_id, from_field)
+        if obj is not None:
+            rows.show_to([row_of(obj)], request.user)
+        return obj
+
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[ArchivedMessage], search_term: str
     ) -> tuple[QuerySet[ArchivedMessage], bool]:

@@ -27,7 +27,7 @@ from deadletter.conf import conf
 from deadletter.drain.outcomes import is_held
 from deadletter.models import QueuedMessage
 from deadletter.queue import age as age_rule
-from deadletter.queue import browse
+from deadletter.queue import browse, redaction
 from deadletter.queue.rows import ATTEMPTS_KEY, LAST_ERROR_KEY, attempts_of
 from deadletter.reports import labels
 from deadletter.wire import codec, gotime, keys
@@ -50,15 +50,27 @@ _WORDED_NS = (253_370_764_800 - 946_684_800) * _NS  # 2000-01-01 to 9999-01-01
 _YEAR_NS = 31_556_952 * _NS  # the Gregorian calendar's mean year
 
 
+def show_to(objs: Iterable[QueuedMessage], user: Any) -> None:
+    """Mark rows as shown to `user`: their redacted values (`queue.redaction`) show
+    as they are only to a user who may reveal them. An unmarked row shows masked."""
+    reveal = redaction.reveals(user)
+    for obj in objs:
+        obj._reveal = reveal  # type: ignore[attr-defined]
+
+
 def messages_of(obj: QueuedMessage) -> list[Message] | None:
-    """The row's messages, decoded once per request; None for a row that does not
-    decode or is too large to decode (`browse.is_too_large`)."""
+    """The row's messages as its viewer may see them (`show_to`), decoded once per
+    request; None for a row that does not decode or is too large to decode
+    (`browse.is_too_large`)."""
     if not hasattr(obj, "_decoded"):
-        value = bytes(obj.value or b"")
+        key, value = bytes(obj.key), bytes(obj.value or b"")
         decoded: list[Message] | None = None
-        if not browse.is_too_large(bytes(obj.key), len(value)):
+        if not browse.is_too_large(key, len(value)):
             with contextlib.suppress(codec.CodecError):
                 decoded = codec.decode(value)
+        if decoded:
+            reveal = getattr(obj, "_reveal", False)
+            decoded = redaction.redacted_all(decoded, keys.queue_of(key), reveal=reveal)
         obj._decoded = decoded  # type: ignore[attr-defined]
     return obj._decoded  # type: ignore[attr-defined]
 
