@@ -29,7 +29,7 @@ from django.urls import reverse
 
 from deadletter.conf import conf
 from deadletter.models import QueuedMessage
-from deadletter.queue import browse, edits, limits
+from deadletter.queue import browse, edits, limits, redaction
 from deadletter.wire import jsonvalues, keys
 from deadletter.wire.gotime import GoOnlyTime, GoTime
 from deadletter.wire.messages import Message
@@ -152,14 +152,25 @@ def json_text(value: Any) -> str:
     return json.dumps(jsonvalues.to_json(value), ensure_ascii=False)
 
 
+REDACTED_HELP = (
+    "Not editable: redacted (DEADLETTER_REDACT), and you may not see its value "
+    "(the view_unredacted_queuedmessage permission)."
+)
+
+
 class EditForm(forms.Form):
-    """The fields of one message; `message()` is the edited message (valid forms only)."""
+    """The fields of one message; `message()` is the edited message (valid forms only).
+    A field `shown` masks (`queue.redaction`) shows masked and read-only: a user
+    who may not see a value may not overwrite it either."""
 
     etag = forms.CharField(widget=forms.HiddenInput)
 
-    def __init__(self, data: Any = None, *, msg: Message, etag: str) -> None:
+    def __init__(
+        self, data: Any = None, *, msg: Message, etag: str, shown: Message | None = None
+    ) -> None:
         super().__init__(data, initial={"etag": etag})
         self.original = msg
+        self.redacted: set[str] = set()
         fields = self.fields
         fields["subject"] = ExactTextField(initial=msg.subject)
         fields["username"] = ExactTextField(initial=msg.username, label="Recipient (username)")
@@ -207,6 +218,29 @@ class EditForm(forms.Form):
                 widget=forms.Textarea(attrs={"rows": 2}),
             )
 
+        if shown is not None and shown is not msg:
+            self._mask(shown)
+
+    def _mask(self, shown: Message) -> None:
+        """Each field whose value `shown` masks: the mask as its value, read-only."""
+        masked = [
+            (name, json_text(getattr(shown, name)) if name in dict(LIST_FIELDS) else None)
+            for name in ("subject", "username", *dict(LIST_FIELDS))
+            if getattr(shown, name) != getattr(self.original, name)
+        ]
+        masked += [
+            (field_name, json_text(shown.extra[key]))
+            for field_name, key in self.extra_names
+            if shown.extra.get(key) != self.original.extra[key]
+        ]
+        for name, text in masked:
+            field = self.fields[name]
+            field.disabled = True
+            field.help_text = REDACTED_HELP
+            field.widget.attrs["data-redacted"] = "1"
+            field.initial = getattr(shown, name) if text is None else text
+            self.redacted.add(name)
+
     def fixed_fields(self) -> list[forms.BoundField]:
         return [self[name] for name in self.fields if self.fields[name].disabled]
 
@@ -229,7 +263,7 @@ class EditForm(forms.Form):
                 continue
             field: Any = self.fields[name]
             text = _text(cleaned[name], False)
-            if text == field.initial:
+            if text == field.initial or name in self.redacted:
                 cleaned[name] = getattr(msg, name)
                 continue
             try:
@@ -256,9 +290,10 @@ class EditForm(forms.Form):
 
     def message(self) -> Message:
         data = self.cleaned_data
-        return self.original.replace(
-            subject=data["subject"],
-            username=data["username"],
+        msg = self.original
+        return msg.replace(
+            subject=msg.subject if "subject" in self.redacted else data["subject"],
+            username=msg.username if "username" in self.redacted else data["username"],
             code=data["code"],
             timestamp=data["timestamp"],
             descriptions=data["descriptions"],
@@ -309,7 +344,8 @@ def edit_page(
     retrying = "_retry" in request.POST
     if retrying and not model_admin.has_drain_permission(request):
         raise PermissionDenied
-    form = EditForm(request.POST or None, msg=msg, etag=etag)
+    shown = redaction.redacted(msg, keys.queue_of(key), reveal=redaction.reveals(request.user))
+    form = EditForm(request.POST or None, msg=msg, etag=etag, shown=shown)
     if request.method == "POST":
         if request.POST.get("etag") != etag:
             model_admin.message_user(
@@ -318,7 +354,7 @@ def edit_page(
                 "drain came first); nothing was saved. Here it is as it is now.",
                 messages.ERROR,
             )
-            form = EditForm(msg=msg, etag=etag)
+            form = EditForm(msg=msg, etag=etag, shown=shown)
         elif form.is_valid():
             try:
                 saved = _save(model_admin, request, key, form, etag)
