@@ -48,7 +48,7 @@ from deadletter.admin.changelist import CauseFilter, KeysetChangeList, QueueFilt
 from deadletter.admin.timeline import timeline_html
 from deadletter.conf import conf
 from deadletter.models import HexKey, QueuedMessage
-from deadletter.queue import browse, search
+from deadletter.queue import browse, redaction, search
 from deadletter.queue.archive import discard
 from deadletter.wire import gotime, keys
 
@@ -180,7 +180,8 @@ class QueuedMessageAdmin(admin.ModelAdmin):
             if request.POST.get("select_across") == "1" and request.GET.get("q", "").strip():
                 query = searching.query_of(request, request.GET.get(CauseFilter.parameter_name))
                 queue = request.GET.get(QueueFilter.parameter_name) or None
-                queryset = searching.searched_rows(queryset, query, queue)
+                reveal = redaction.reveals(request.user)
+                queryset = searching.searched_rows(queryset, query, queue, reveal=reveal)
             return super().response_action(request, queryset, *args, **kwargs)
         except (searching.SearchTooBroad, search.SearchError) as exc:
             self.message_user(request, str(exc), messages.ERROR)

@@ -24,7 +24,7 @@ from django.utils.translation import gettext
 
 from deadletter.admin import searching
 from deadletter.models import QueuedMessage
-from deadletter.queue import search
+from deadletter.queue import redaction, search
 from deadletter.reports import overview, queues
 from deadletter.wire import keys
 
@@ -171,6 +171,7 @@ class KeysetChangeList(ChangeList):
                     after_key=self.after_key,
                     before_key=self.before_key,
                     size=size,
+                    reveal=redaction.reveals(request.user),
                 )
             except ValueError:  # no such queue name: the queue filter shows none either
                 found, more = [], False

@@ -38,12 +38,12 @@ def query_of(request: HttpRequest, cause: str | None = None) -> search.Query:
 
 
 def searched_rows(
-    queryset: QuerySet[QueuedMessage], query: search.Query, queue: str | None
+    queryset: QuerySet[QueuedMessage], query: search.Query, queue: str | None, *, reveal: bool
 ) -> QuerySet[QueuedMessage]:
-    """`queryset` narrowed to the rows `query` matches; `SearchTooBroad` past
-    `MAX_ACTION_ROWS`."""
+    """`queryset` narrowed to the rows `query` matches (in what the user may see:
+    `reveal`); `SearchTooBroad` past `MAX_ACTION_ROWS`."""
     found: list[bytes] = []
-    for key in search.iter_matching(query, queue=queue):
+    for key in search.iter_matching(query, queue=queue, reveal=reveal):
         found.append(key)
         if len(found) > MAX_ACTION_ROWS:
             raise SearchTooBroad(

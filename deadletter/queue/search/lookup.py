@@ -18,6 +18,7 @@ from typing import Any
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from deadletter.models import SearchTerm
+from deadletter.queue import redaction
 from deadletter.queue.search import index
 from deadletter.queue.search.query import Query
 from deadletter.store import sql
@@ -125,12 +126,17 @@ class _Walk:
         return sql.read(self.connection, statement, values)
 
 
-def _checked(query: Query, rows: list[tuple[Any, ...]]) -> Iterator[tuple[bytes, bytes]]:
+def _checked(
+    query: Query, rows: list[tuple[Any, ...]], reveal: bool
+) -> Iterator[tuple[bytes, bytes]]:
     """The `(key, value)` of the candidate rows `(key, value, signature)` the query
-    itself says match."""
+    itself says match: in the messages as the user sees them (`reveal` False: with
+    their redacted values masked, so no redacted value is ever what matched)."""
     for raw_key, value, signature in rows:
         key = bytes(raw_key)
         msgs = _messages(value) if query.reads_messages else None
+        if msgs and not reveal:
+            msgs = redaction.redacted_all(msgs, keys.queue_of(key), reveal=False)
         if query.matches(key, msgs, signature):
             yield key, bytes(value or b"")
 
@@ -150,11 +156,14 @@ def iter_matching(
     descending: bool = False,
     first_batch: int = _FIRST_BATCH,
     connection: BaseDatabaseWrapper | None = None,
+    reveal: bool = True,
 ) -> Iterator[bytes]:
     """The keys of the rows `query` matches, in `queue` (None: every queue), after
     `after_key` and before `before_key` (both exclusive), oldest first (newest
     first with `descending`). The pending rows of the range are indexed first.
-    Candidates are read `first_batch` at a time, then twice as many each time."""
+    Candidates are read `first_batch` at a time, then twice as many each time.
+    `reveal` False: matched in the messages with their redacted values masked
+    (`queue.redaction`), for a user who may not see those values."""
     for key, _ in iter_matching_rows(
         query,
         queue=queue,
@@ -163,6 +172,7 @@ def iter_matching(
         descending=descending,
         first_batch=first_batch,
         connection=connection,
+        reveal=reveal,
     ):
         yield key
 
@@ -176,6 +186,7 @@ def iter_matching_rows(
     descending: bool = False,
     first_batch: int = _FIRST_BATCH,
     connection: BaseDatabaseWrapper | None = None,
+    reveal: bool = True,
 ) -> Iterator[tuple[bytes, bytes]]:
     """`iter_matching`, each key with its row's stored value (a dump of the matches)."""
     connection = connection or sql.connection()
@@ -187,14 +198,14 @@ def iter_matching_rows(
     # What is still pending (a row a drain holds, one parked since) is checked here.
     left = index.pending_rows(connection, low=bounds[0], high=bounds[1])
     unindexed = {bytes(row[0]) for row in left}
-    extra = list(_checked(query, left))
+    extra = list(_checked(query, left, reveal))
     extra.sort(key=lambda found: found[0], reverse=descending)
     walk = _Walk(connection, query, bounds)
     low, high = bounds
     size = max(1, first_batch)
     while True:
         rows = walk.batch(low, high, descending, size)
-        for key, value in _checked(query, rows):
+        for key, value in _checked(query, rows, reveal):
             if key in unindexed:
                 continue
             while extra and (extra[0][0] > key if descending else extra[0][0] < key):
@@ -219,6 +230,7 @@ def matching_keys(
     until_key: bytes | None = None,
     limit: int = 500,
     connection: BaseDatabaseWrapper | None = None,
+    reveal: bool = True,
 ) -> list[bytes]:
     """Up to `limit` matching keys after `after_key`, up to and including
     `until_key`, oldest first: a redrive's next batch from its cursor."""
@@ -231,6 +243,7 @@ def matching_keys(
         before_key=before,
         first_batch=min(limit, _MAX_BATCH),
         connection=connection,
+        reveal=reveal,
     ):
         found.append(key)
         if len(found) >= limit:
@@ -244,6 +257,7 @@ def count_matching(
     queue: str | None,
     until_key: bytes | None = None,
     connection: BaseDatabaseWrapper | None = None,
+    reveal: bool = True,
 ) -> int:
     """How many rows `query` matches (up to and including `until_key`): a redrive's
     plan. A query on the key and cause only is counted by the database."""
@@ -251,7 +265,10 @@ def count_matching(
     before = None if until_key is None else until_key + keys.SEPARATOR
     if query.reads_messages:
         return sum(
-            1 for _ in iter_matching(query, queue=queue, before_key=before, connection=connection)
+            1
+            for _ in iter_matching(
+                query, queue=queue, before_key=before, connection=connection, reveal=reveal
+            )
         )
     scope = _scope(query, queue)
     bounds = scope and _narrow(scope, None, before)
@@ -279,6 +296,7 @@ def keys_page(
     before_key: bytes | None = None,
     size: int,
     connection: BaseDatabaseWrapper | None = None,
+    reveal: bool = True,
 ) -> tuple[list[bytes], bool]:
     """One page of matches, oldest first: after `after_key`, or the page just before
     `before_key`; and whether more match beyond it in the direction read."""
@@ -292,6 +310,7 @@ def keys_page(
         descending=descending,
         first_batch=size + 1,
         connection=connection,
+        reveal=reveal,
     ):
         found.append(key)
         if len(found) > size:
