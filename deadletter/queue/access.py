@@ -23,10 +23,11 @@ import weakref
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from django.db.models import Q
+from django.db.models import BooleanField, Case, Q, Subquery, Value, When
 
 from deadletter.models import QueueAccess
 from deadletter.queue.api import walk_queue_names
+from deadletter.store import scans, sql
 from deadletter.wire import keys
 
 __all__ = ["ACTIONS", "RESOLVE_LIMIT", "Scope", "can", "scope_of"]
@@ -108,6 +109,32 @@ class Scope:
                 found = _intersect(found, self._ranges(action))
             self._intervals[action] = found
         return found
+
+    def granted_names(
+        self,
+        limit: int,
+        *,
+        after: str | None = None,
+        before: str | None = None,
+        action: str = "view",
+    ) -> list[str]:
+        """Up to `limit` names of queues holding a row on which `action` is allowed,
+        nearest first: sorting after `after` (from the first when None), or with
+        `before` the last ones before it (nearest first, so descending). A walk of
+        the granted key ranges only: one statement a range at least, however many
+        other queues there are. `ValueError` for an invalid name."""
+        if before is not None:
+            bound: bytes | None = keys.encode_queue_name(before)
+        else:
+            bound = None if after is None else keys.encode_queue_name(after) + b"\x01"
+        if self.unrestricted:
+            spans: list[_Interval] = [(b"", None)]
+        else:
+            spans = self.intervals(action)
+        connection = sql.connection()
+        if before is not None:
+            return _walk_down(connection, spans, bound, limit)
+        return _walk_up(connection, spans, bound, limit)
 
     def _ranges(self, action: str) -> list[_Interval]:
         cached = self._intervals.get(f"granted:{action}")
@@ -220,21 +247,72 @@ def _intersect(left: list[_Interval], right: list[_Interval]) -> list[_Interval]
     return out
 
 
+def _walk_up(connection: Any, spans: list[_Interval], bound: bytes | None, limit: int) -> list[str]:
+    found: list[str] = []
+    for low, high in spans:
+        if bound is not None and high is not None and high <= bound:
+            continue
+        cursor = low if bound is None else max(low, bound)
+        while len(found) < limit:
+            want = min(limit - len(found), _WALK_PAGE)
+            page = scans.queue_keys(connection, cursor, descending=False, limit=want)
+            inside = [key for key in page if high is None or key < high]
+            found.extend(keys.queue_of(key) for key in inside)
+            if len(inside) < len(page):
+                break
+            if len(page) < want:
+                return found
+            cursor = keys.prefix_of(page[-1]) + b"\x01"
+    return found
+
+
+def _walk_down(
+    connection: Any, spans: list[_Interval], bound: bytes | None, limit: int
+) -> list[str]:
+    found: list[str] = []
+    for low, high in reversed(spans):
+        if bound is not None and low >= bound:
+            continue
+        cursor = bound if high is None else high if bound is None else min(high, bound)
+        while len(found) < limit:
+            want = min(limit - len(found), _WALK_PAGE)
+            page = scans.queue_keys(connection, cursor, descending=True, limit=want)
+            inside = [key for key in page if key >= low]
+            found.extend(keys.queue_of(key) for key in inside)
+            if len(inside) < len(page):
+                break
+            if len(page) < want:
+                return found
+            cursor = keys.prefix_of(page[-1])
+    return found
+
+
 def _read_scope(user: Any) -> Scope:
+    """One statement: the user's rows and, to tell "no row at all", the first row."""
     if user is not None and getattr(user, "is_active", False) and user.is_superuser:
         return Scope.everything()
-    rows: list[tuple[str, bool, bool, bool, bool, bool]] = []
-    if user is not None and user.is_authenticated:
-        rows = list(
-            QueueAccess.objects.filter(
-                Q(user_id=user.pk) | Q(group_id__in=user.groups.values("id"))
-            ).values_list("queues", *ACTIONS)
+    if user is None or not user.is_authenticated:
+        if QueueAccess.objects.exists():
+            return Scope(unrestricted=False)
+        return Scope.everything()
+    mine = Q(user_id=user.pk) | Q(group_id__in=user.groups.values("id"))
+    first = QueueAccess.objects.order_by("id").values("id")[:1]
+    rows = (
+        QueueAccess.objects.filter(mine | Q(id=Subquery(first)))
+        .annotate(
+            held=Case(
+                When(mine, then=Value(True)), default=Value(False), output_field=BooleanField()
+            )
         )
-    if not rows and not QueueAccess.objects.exists():
+        .values_list("held", "queues", *ACTIONS)
+    )
+    found = list(rows)
+    if not found:
         return Scope.everything()
     grants = [
-        (row[0], [action for action, on in zip(ACTIONS, row[1:], strict=True) if on])
-        for row in rows
+        (row[1], [action for action, on in zip(ACTIONS, row[2:], strict=True) if on])
+        for row in found
+        if row[0]
     ]
     return Scope(grants, unrestricted=False)
 
@@ -247,7 +325,7 @@ _memo: dict[int, tuple[weakref.ref[Any], Scope]] = {}
 def scope_of(user: Any) -> Scope:
     """The scope of `user` (a user, `AnonymousUser` or None): unrestricted for an
     active superuser (no statement) or when no `QueueAccess` row exists; else the
-    rules of the user and their groups. At most two statements, once per user object."""
+    rules of the user and their groups. One statement, once per user object."""
     if user is None:
         return _read_scope(None)
     held = _memo.get(id(user))

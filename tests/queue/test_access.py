@@ -145,7 +145,7 @@ def test_a_user_with_no_row_sees_nothing_once_any_row_exists(billing_user: User)
 
 def test_without_any_row_everyone_is_unrestricted(django_assert_num_queries) -> None:
     user = User.objects.create_user("u")
-    with django_assert_num_queries(2):
+    with django_assert_num_queries(1):
         assert scope_of(user).unrestricted
     assert scope_of(AnonymousUser()).unrestricted
 
@@ -156,3 +156,23 @@ def test_a_superuser_is_unrestricted_without_a_statement(
     root = User.objects.create_superuser("root")
     with django_assert_num_queries(0):
         assert scope_of(root).unrestricted
+
+
+def test_granted_names_walks_only_the_granted_ranges(queues: list[str]) -> None:
+    scope = Scope(
+        [("billing.*", ["view"]), ("mail", ["view"]), ("s*.eu", ["view"])], unrestricted=False
+    )
+    assert scope.granted_names(10) == ["billing.cards", "billing.refunds", "mail", "support.eu"]
+    assert scope.granted_names(2) == ["billing.cards", "billing.refunds"]
+    assert scope.granted_names(10, after="billing.cards") == [
+        "billing.refunds",
+        "mail",
+        "support.eu",
+    ]
+    assert scope.granted_names(2, before="support.eu") == ["mail", "billing.refunds"]
+    assert scope.granted_names(10, before="billing.cards") == []
+
+
+def test_granted_names_of_an_unrestricted_scope_is_every_queue(queues: list[str]) -> None:
+    assert Scope.everything().granted_names(100) == sorted(queues)
+    assert Scope.everything().granted_names(2, before="billinf.z") == ["a.billing"]
