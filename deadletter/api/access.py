@@ -7,6 +7,11 @@ the API takes token and session, not DRF's session and Basic (a password on
 every request); and its own throttles, rated by `DEADLETTER_API_THROTTLE_RATES`,
 come on top, so failed authentications are slowed in any project. Parsers,
 renderers and permissions are the API's own, the same everywhere.
+
+Per-queue access (`queue.access`, the `QueueAccess` rows) is read here once a
+request (`scope`) and enforced through `require`: a queue the user may not see
+answers exactly as one that does not exist (404), so no name leaks; a queue
+they see but may not act on that way is a 403.
 """
 
 from __future__ import annotations
@@ -42,6 +47,8 @@ from deadletter.api.converters import captured_utf8
 from deadletter.api.serializers import max_message_bytes
 from deadletter.conf import conf
 from deadletter.exceptions import DeadletterError
+from deadletter.queue import access
+from deadletter.queue.access import Scope
 
 logger = logging.getLogger("deadletter")
 
@@ -62,6 +69,26 @@ class ModelPermission(BasePermission):
             return False
         needed = view.permissions.get(request.method, VIEW)
         return bool(user.has_perm(needed))
+
+
+def scope(request: Request) -> Scope:
+    """The user's queue access for this request (`queue.access.scope_of`, memoised
+    on the user object, so every view and helper of the request reads it once)."""
+    return access.scope_of(request.user)
+
+
+def require(request: Request, queue: str, action: str = "view", *, absent: str) -> None:
+    """Nothing when the user may `action` on `queue`. Otherwise a 404 saying `absent`
+    (the very answer of a missing queue, message or entry) when no grant lets them
+    see the queue, and a 403 when they see it but `action` is not granted there."""
+    granted = scope(request)
+    if granted.allows(queue, action):
+        return
+    if action != "view" and granted.allows(queue, "view"):
+        raise exceptions.PermissionDenied(
+            f"Your queue access does not grant {action} on queue {queue!r}."
+        )
+    raise exceptions.NotFound(absent)
 
 
 class ParsedBody(dict[str, Any]):

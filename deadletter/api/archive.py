@@ -6,6 +6,9 @@ put it back in its queue (`POST archive/{key}/restore/`, `archive.restore`).
 Reading needs `deadletter.view_archivedmessage`, restoring
 `deadletter.restore_archivedmessage`, as in the admin. A restore writes into a
 queue as a park does, so `DEADLETTER_API_QUEUES` applies to it as to a park.
+Queue access applies too: the list holds the entries of the queues it lets the
+user see, an entry of another queue is a 404 as a missing one is, and a restore
+needs its `retry` grant.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from deadletter import drain
-from deadletter.api.access import DeadletterView, openapi
+from deadletter.api.access import DeadletterView, openapi, require, scope
 from deadletter.api.fields import KeyField, TextField
 from deadletter.api.serializers import (
     DEFAULT_PAGE_SIZE,
@@ -38,7 +41,8 @@ from deadletter.api.views import BAD, KEY, REFUSALS
 from deadletter.conf import conf
 from deadletter.models import ArchivedMessage, QueuedMessage
 from deadletter.queue import archive, archive_pages, browse, history, limits
-from deadletter.queue.archive_pages import Cursor, Filters
+from deadletter.queue.access import Scope
+from deadletter.queue.archive_pages import Cursor, Filters, Page
 from deadletter.wire import codec, keys
 
 VIEW = "deadletter.view_archivedmessage"
@@ -191,7 +195,7 @@ class ArchiveList(DeadletterView):
         filters = Filters(
             queue=asked.get("queue"), reason=asked.get("reason"), actor=asked.get("actor")
         )
-        found = archive_pages.page(filters, asked.get("cursor"), asked["limit"])
+        found = _granted_page(scope(request), filters, asked.get("cursor"), asked["limit"])
         next_url = None
         if found.next is not None:
             params = {name: asked[name] for name in ("queue", "reason", "actor") if name in asked}
@@ -202,9 +206,39 @@ class ArchiveList(DeadletterView):
         return Response({"results": results, "next": next_url})
 
 
+def _granted_page(granted: Scope, filters: Filters, cursor: Cursor | None, size: int) -> Page:
+    """The archive's page of the entries of queues `granted` lets the user see. The
+    index does not know the grants, so the pages are read on and the other queues'
+    entries skipped, through at most `archive_pages.WINDOW` entries: like a page
+    filtered by reason or actor, it may then hold fewer than `size`, and a next."""
+    if granted.unrestricted:
+        return archive_pages.page(filters, cursor, size)
+    if filters.queue is not None:
+        if not granted.allows(filters.queue):
+            return Page([], None)
+        return archive_pages.page(filters, cursor, size)
+    allowed: dict[str, bool] = {}
+    found: list[ArchivedMessage] = []
+    looked = 0
+    while True:
+        chunk = archive_pages.page(filters, cursor, size + 1)
+        for entry in chunk.entries:
+            if allowed.setdefault(entry.queue, granted.allows(entry.queue)):
+                found.append(entry)
+                if len(found) > size:
+                    return Page(found[:size], Cursor.of(found[size - 1]), looked)
+        looked += max(chunk.looked, len(chunk.entries))
+        if chunk.next is None:
+            return Page(found, None, looked)
+        cursor = chunk.next
+        if looked >= archive_pages.WINDOW:
+            return Page(found, cursor, looked, True)
+
+
 class ArchiveDetail(DeadletterView):
     """The newest archive entry of a key (an edited message's key has its original
-    and perhaps itself later); 404 when the archive has none."""
+    and perhaps itself later); 404 when the archive has none, or its queue is one
+    your queue access does not let you see."""
 
     permissions = READ
 
@@ -214,9 +248,12 @@ class ArchiveDetail(DeadletterView):
         responses={200: ArchivedDetailSerializer, 400: BAD, 404: ErrorSerializer, **REFUSALS},
     )
     def get(self, request: Request, key: str) -> Response:
-        entry = archive.get_archived(_key(key))
+        wanted = _key(key)
+        require(request, keys.queue_of(wanted), absent=NO_ENTRY)
+        entry = archive.get_archived(wanted)
         if entry is None:
-            raise NotFound("No archived message with that key.")
+            raise NotFound(NO_ENTRY)
+        require(request, entry.queue, absent=NO_ENTRY)
         return Response(ArchivedDetailSerializer(entry).data)
 
 
@@ -234,7 +271,9 @@ class ArchiveRestore(DeadletterView):
     """Put the newest archive entry of a key back in its queue: 201 with the live
     key (its own, in its place in the order; or a fresh one at the tail, `moved`,
     when its own was taken again); 200 when the archive has none but the key is
-    live (a restore already done: a repeated request); 404 when neither."""
+    live (a restore already done: a repeated request); 404 when neither, or when
+    its queue is one your queue access does not let you see (403: it shows the
+    queue but grants no retry there)."""
 
     permissions = {**READ, "POST": RESTORE}
 
@@ -252,12 +291,14 @@ class ArchiveRestore(DeadletterView):
     )
     def post(self, request: Request, key: str) -> Response:
         wanted = _key(key)
+        require(request, keys.queue_of(wanted), "retry", absent=NO_ENTRY)
         entry = archive.get_archived(wanted)
         if entry is None:
             if QueuedMessage.objects.using(conf.DATABASE).filter(key=wanted).exists():
                 body = _restored(request, wanted, keys.queue_of(wanted), moved=False)
                 return Response(body)
-            raise NotFound("No archived message with that key.")
+            raise NotFound(NO_ENTRY)
+        require(request, entry.queue, "retry", absent=NO_ENTRY)
         refusal = api_queue_refusal(entry.queue)
         if refusal is not None:
             raise ValidationError({"queue": [refusal.replace("park into", "restore into")]})
@@ -280,6 +321,9 @@ def _restored(
     return RestoredSerializer(
         {"key": keys.to_text(key), "queue": queue, "moved": moved, "replaced": replaced, "url": url}
     ).data
+
+
+NO_ENTRY = "No archived message with that key."
 
 
 def _utc(moment: datetime) -> str:

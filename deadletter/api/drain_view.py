@@ -9,13 +9,13 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from deadletter import drain
-from deadletter.api.access import DRAIN, DeadletterView, ParsedBody, openapi
+from deadletter.api.access import DRAIN, DeadletterView, ParsedBody, openapi, require
 from deadletter.api.serializers import (
     DrainReportSerializer,
     DrainRequestSerializer,
     ErrorSerializer,
 )
-from deadletter.api.views import BAD, NAME, REFUSALS, valid_name
+from deadletter.api.views import BAD, HIDDEN, NAME, NO_QUEUE, REFUSALS, valid_name
 from deadletter.conf import conf
 
 
@@ -34,7 +34,8 @@ class QueueDrain(DeadletterView):
     (`stopped_by` "time budget"): a handler still running then is given up on
     and its message stays queued, the attempt counted. 409 when a drain
     already holds the queue (SQLite allows one at a time); 400 when the queue
-    has no handler in `DEADLETTER_HANDLERS`."""
+    has no handler in `DEADLETTER_HANDLERS`; 404 for a queue your queue access does
+    not let you see, 403 for one it shows but grants no retry on."""
 
     permissions = {"POST": DRAIN}
 
@@ -44,12 +45,13 @@ class QueueDrain(DeadletterView):
         responses={
             200: DrainReportSerializer,
             400: BAD,
+            404: HIDDEN,
             409: OpenApiResponse(ErrorSerializer, description="Another drain holds the queue."),
             **REFUSALS,
         },
     )
     def post(self, request: Request, name: str) -> Response:
-        valid_name(name)
+        require(request, valid_name(name), "retry", absent=NO_QUEUE)
         body = request.data if isinstance(request.data, ParsedBody) else {}
         asked = DrainRequestSerializer(data=dict(body))
         asked.is_valid(raise_exception=True)

@@ -5,6 +5,12 @@ Thin edges over `drain.redrives`: the API plans and cancels, the drain service
 (`deadletter_drain --forever`) or `deadletter_redrive --run ID` runs what is
 planned. Planning and cancelling need `deadletter.redrive_queuedmessage` and
 are each a `LogEntry` naming the user, in the redrive's admin History.
+
+Queue access applies: the list holds the redrives of the queues it lets the user
+see (another's is a 404 as a missing one is), and planning or cancelling needs its
+`redrive` grant on the queue (and on the destination of a move). A plan for a
+queue without that grant is a 400 on `queue` that does not say whether the queue
+exists.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from deadletter.api.access import DeadletterView, ParsedBody, openapi
+from deadletter.api.access import DeadletterView, ParsedBody, openapi, require, scope
 from deadletter.api.fields import Int64Field, TextField
 from deadletter.api.serializers import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, ErrorSerializer
 from deadletter.api.views import BAD, REFUSALS
@@ -207,17 +213,32 @@ def _redrives() -> Any:
     return Redrive.objects.using(conf.DATABASE)
 
 
-def _found(pk: str) -> Redrive:
+NO_REDRIVE = "No redrive with that id."
+NOT_GRANTED = "Not a queue your queue access lets you redrive."
+
+
+def _found(request: Request, pk: str, action: str = "view") -> Redrive:
     """The redrive of the URL's id (kept as text, as the base view checks every
-    captured value), or a 404."""
+    captured value), or a 404 (also for a queue your queue access hides)."""
     redrive = (
         _redrives().filter(pk=int(pk)).first()
         if pk.isascii() and pk.isdigit() and len(pk) < 19
         else None
     )
     if redrive is None:
-        raise NotFound("No redrive with that id.")
+        raise NotFound(NO_REDRIVE)
+    require(request, redrive.queue, action, absent=NO_REDRIVE)
     return redrive
+
+
+def _visible(request: Request, found: Any) -> Any:
+    """`found` narrowed to the redrives of the queues the user may see (the table is
+    small: its queue names are read, then matched against the grants)."""
+    granted = scope(request)
+    if granted.unrestricted:
+        return found
+    names = _redrives().order_by().values_list("queue", flat=True).distinct()
+    return found.filter(queue__in=granted.names_filter(names))
 
 
 class RedriveList(DeadletterView):
@@ -236,7 +257,7 @@ class RedriveList(DeadletterView):
         query = RedrivePageQuerySerializer(data=request.query_params)
         query.is_valid(raise_exception=True)
         limit: int = query.validated_data["limit"]
-        found = _redrives().order_by("-id")
+        found = _visible(request, _redrives().order_by("-id"))
         if "after" in query.validated_data:
             found = found.filter(id__lt=query.validated_data["after"])
         if "status" in query.validated_data:
@@ -273,6 +294,10 @@ class RedriveList(DeadletterView):
         options = dict(asked.validated_data)
         dry_run = options.pop("dry_run")
         options["ramp"] = tuple(options["ramp"])
+        granted = scope(request)
+        for field in ("queue", "destination"):
+            if options[field] is not None and not granted.allows(options[field], "redrive"):
+                raise ValidationError({field: [NOT_GRANTED]})
         try:
             redrive = plan_redrive(
                 **options, started_by=request.user.get_username(), save=not dry_run
@@ -300,7 +325,7 @@ class RedriveDetail(DeadletterView):
         responses={200: RedriveSerializer, 400: BAD, 404: ErrorSerializer, **REFUSALS},
     )
     def get(self, request: Request, pk: str) -> Response:
-        return Response(RedriveSerializer(_found(pk), context={"request": request}).data)
+        return Response(RedriveSerializer(_found(request, pk), context={"request": request}).data)
 
 
 class RedriveCancel(DeadletterView):
@@ -321,7 +346,7 @@ class RedriveCancel(DeadletterView):
         },
     )
     def post(self, request: Request, pk: str) -> Response:
-        found = _found(pk)
+        found = _found(request, pk, "redrive")
         try:
             redrive = cancel_redrive(found.pk)
         except RedriveError as exc:

@@ -1,10 +1,16 @@
 """The queue's endpoints: thin edges over `reports.summaries` and `queue.browse` (reads),
 `queue.store_failed_msgs` (park) and `archive.discard` (delete: the message kept in
-the archive, unless its queue's archive is off)."""
+the archive, unless its queue's archive is off).
+
+Every read and act is limited to the queues the user's queue access grants
+(`access.scope`, `access.require`); parking is not one of its actions, so it
+keeps the model permission and `DEADLETTER_API_QUEUES` alone."""
 
 from __future__ import annotations
 
+import itertools
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from django.urls import reverse
@@ -25,6 +31,8 @@ from deadletter.api.access import (
     ParsedBody,
     ServiceUnavailable,
     openapi,
+    require,
+    scope,
 )
 from deadletter.api.fields import KEY_PATTERN
 from deadletter.api.serializers import (
@@ -41,8 +49,11 @@ from deadletter.api.serializers import (
     RowSerializer,
     api_queue_refusal,
 )
+from deadletter.conf import conf
+from deadletter.models import QueuedMessage
 from deadletter.queue import browse, search
 from deadletter.queue import edits as queue_edits
+from deadletter.queue.access import Scope
 from deadletter.queue.archive import discard
 from deadletter.reports import queues as queue_pages
 from deadletter.reports import summaries
@@ -64,13 +75,21 @@ KEY = OpenApiParameter(
 )
 REFUSALS: dict[int, Any] = {
     401: OpenApiResponse(ErrorSerializer, description="Not authenticated."),
-    403: OpenApiResponse(ErrorSerializer, description="Lacks the model permission."),
+    403: OpenApiResponse(
+        ErrorSerializer,
+        description="Lacks the model permission, or the queue access grant of the action "
+        "on a queue it lets you see.",
+    ),
     429: OpenApiResponse(
         ErrorSerializer,
         description="Throttled (DEADLETTER_API_THROTTLE_RATES): wait Retry-After seconds.",
     ),
     503: OpenApiResponse(ErrorSerializer, description="The queue database failed."),
 }
+HIDDEN = OpenApiResponse(
+    ErrorSerializer, description="No queue by that name that your queue access lets you see."
+)
+NO_QUEUE = "No queue by that name."
 BAD = OpenApiResponse(
     {"type": "object", "additionalProperties": True},
     description="Invalid input; the body names each field and what is wrong with it.",
@@ -107,39 +126,64 @@ class QueueList(DeadletterView):
         query = QueuePageQuerySerializer(data=request.query_params)
         query.is_valid(raise_exception=True)
         limit: int = query.validated_data["limit"]
-        page = queue_pages.page_after(query.validated_data.get("after"), limit)
-        statuses = [summaries.queue_status(name) for name in page.names]
+        after: str | None = query.validated_data.get("after")
+        granted = scope(request)
+        if granted.unrestricted:
+            page = queue_pages.page_after(after, limit)
+            names, more = page.names, page.more_after
+        else:
+            start = b"" if after is None else keys.queue_bounds(after)[1]
+            names = list(itertools.islice(granted_queues(granted, start), limit + 1))
+            names, more = names[:limit], len(names) > limit
+        statuses = [summaries.queue_status(name) for name in names]
         context = {"now_ns": time.time_ns()}
         response = Response(QueueSerializer(statuses, many=True, context=context).data)
-        if page.more_after:
+        if more:
             path = reverse("deadletter-api:queues")
-            query_text = urlencode({"after": page.names[-1], "limit": str(limit)})
+            query_text = urlencode({"after": names[-1], "limit": str(limit)})
             response["Link"] = f'<{request.build_absolute_uri(f"{path}?{query_text}")}>; rel="next"'
         return response
 
 
-class QueueDetail(DeadletterView):
-    """One queue's summary (depth 0 when it holds nothing). A queue whose name
-    ends in `/messages` or `/drain` is read from the queue list instead."""
+def granted_queues(granted: Scope, low: bytes) -> Iterator[str]:
+    """The queues holding a row at or after key `low` that `granted` lets the user
+    view, in key order: one seek each, which passes over the queues of other
+    teams in between (the scope's key ranges)."""
+    rows = QueuedMessage.objects.using(conf.DATABASE).filter(granted.queue_q()).order_by("key")
+    while True:
+        key = rows.filter(key__gte=low).values_list("key", flat=True).first()
+        if key is None:
+            return
+        yield keys.queue_of(bytes(key))
+        low = keys.prefix_of(bytes(key)) + b"\x01"
 
-    @openapi(parameters=[NAME], responses={200: QueueSerializer, 400: BAD, **REFUSALS})
+
+class QueueDetail(DeadletterView):
+    """One queue's summary (depth 0 when it holds nothing); 404 for a queue your
+    queue access does not let you see. A queue whose name ends in `/messages` or
+    `/drain` is read from the queue list instead."""
+
+    @openapi(parameters=[NAME], responses={200: QueueSerializer, 400: BAD, 404: HIDDEN, **REFUSALS})
     def get(self, request: Request, name: str) -> Response:
-        status_ = summaries.queue_status(valid_name(name))
+        require(request, valid_name(name), absent=NO_QUEUE)
+        status_ = summaries.queue_status(name)
         return Response(QueueSerializer(status_, context={"now_ns": time.time_ns()}).data)
 
 
 class MessageList(DeadletterView):
     """GET: a queue's rows oldest first, a page at a time by key (`?after=<key>&limit=<n>`:
-    page 10,000 costs what page 1 does). POST: park a message at the queue's tail."""
+    page 10,000 costs what page 1 does; 404 for a queue your queue access does not let
+    you see). POST: park a message at the queue's tail (the model permission and
+    `DEADLETTER_API_QUEUES` decide: parking is none of the queue access's actions)."""
 
     permissions = {"POST": ADD}
 
     @openapi(
         parameters=[NAME, PageQuerySerializer],
-        responses={200: PageSerializer, 400: BAD, **REFUSALS},
+        responses={200: PageSerializer, 400: BAD, 404: HIDDEN, **REFUSALS},
     )
     def get(self, request: Request, name: str) -> Response:
-        valid_name(name)
+        require(request, valid_name(name), absent=NO_QUEUE)
         query = PageQuerySerializer(data=request.query_params)
         query.is_valid(raise_exception=True)
         after: bytes | None = query.validated_data.get("after")
@@ -174,7 +218,8 @@ class MessageList(DeadletterView):
 
 class SearchList(DeadletterView):
     """GET: the rows of every queue in key order (queue by queue, each oldest first),
-    a page at a time by key, those a search `?q=` matches when it is given."""
+    a page at a time by key, those a search `?q=` matches when it is given; only
+    the queues your queue access lets you see."""
 
     @openapi(
         operation_id="messages_search",
@@ -194,7 +239,11 @@ def _page(request: Request, asked: dict[str, Any], name: str | None, path: str) 
     after: bytes | None = asked.get("after")
     limit: int = asked["limit"]
     found: search.Query | None = asked.get("q")
-    if found or name is None:
+    granted = scope(request)
+    if name is None and not granted.unrestricted:
+        row_keys, more = _granted_keys(granted, found or search.parse(""), after, limit)
+        rows = browse.rows_of(row_keys)
+    elif found or name is None:
         row_keys, more = search.keys_page(
             found or search.parse(""), queue=name, after_key=after, size=limit
         )
@@ -212,11 +261,29 @@ def _page(request: Request, asked: dict[str, Any], name: str | None, path: str) 
     return Response({"results": RowSerializer(rows, many=True).data, "next": next_url})
 
 
+def _granted_keys(
+    granted: Scope, query: search.Query, after: bytes | None, limit: int
+) -> tuple[list[bytes], bool]:
+    """A page of the search over the queues `granted` lets the user see, queue by
+    queue in key order (the same order as over every queue), and whether more follow."""
+    found: list[bytes] = []
+    start = b"" if after is None else after + keys.SEPARATOR
+    for name in granted_queues(granted, start):
+        within = after if after is not None and keys.queue_of(after) == name else None
+        page, _ = search.keys_page(query, queue=name, after_key=within, size=limit + 1 - len(found))
+        found += page
+        if len(found) > limit:
+            return found[:limit], True
+    return found, False
+
+
 @method_decorator(drain.outside_request_transactions, name="dispatch")
 class MessageDetail(DeadletterView):
     """One row by key, with its `ETag`; DELETE removes it (into the archive, by the
     user): 204 removed, 404 not there, 503 when the database failed (the row then
-    stays); PATCH edits it (`edits`)."""
+    stays); PATCH edits it (`edits`). A row of a queue your queue access does not
+    let you see is a 404 as a missing one is; one you see but may not delete (or
+    edit) there, a 403."""
 
     permissions = {"DELETE": DELETE, "PATCH": edits.CHANGE}
 
@@ -225,9 +292,11 @@ class MessageDetail(DeadletterView):
         responses={200: MessageRowSerializer, 400: BAD, 404: ErrorSerializer, **REFUSALS},
     )
     def get(self, request: Request, key: str) -> Response:
-        found = queue_edits.tagged_row(_key(key))
+        wanted = _key(key)
+        require(request, keys.queue_of(wanted), absent=NO_ROW)
+        found = queue_edits.tagged_row(wanted)
         if found is None:
-            raise NotFound("No row with that key.")
+            raise NotFound(NO_ROW)
         row, etag = found
         return Response(MessageRowSerializer(row).data, headers={"ETag": edits.quoted(etag)})
 
@@ -237,19 +306,26 @@ class MessageDetail(DeadletterView):
         responses={200: edits.EditedRowSerializer, 400: BAD, **REFUSALS, **edits.RESPONSES},
     )
     def patch(self, request: Request, key: str) -> Response:
-        return edits.patch(request, _key(key))
+        wanted = _key(key)
+        require(request, keys.queue_of(wanted), "edit", absent=NO_ROW)
+        return edits.patch(request, wanted)
 
     @openapi(
         parameters=[KEY],
         responses={204: None, 400: BAD, 404: ErrorSerializer, **REFUSALS},
     )
     def delete(self, request: Request, key: str) -> Response:
-        outcome = discard(_key(key), actor=request.user.get_username())
+        wanted = _key(key)
+        require(request, keys.queue_of(wanted), "delete", absent=NO_ROW)
+        outcome = discard(wanted, actor=request.user.get_username())
         if outcome is queue.Removal.ABSENT:
-            raise NotFound("No row with that key.")
+            raise NotFound(NO_ROW)
         if outcome is queue.Removal.FAILED:
             raise ServiceUnavailable("The delete failed in the database; the row stays.")
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+NO_ROW = "No row with that key."
 
 
 def _key(text: str) -> bytes:
