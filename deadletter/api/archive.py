@@ -36,6 +36,8 @@ from deadletter.api.serializers import (
     KeySerializer,
     MessageSerializer,
     api_queue_refusal,
+    shown_messages,
+    viewer,
 )
 from deadletter.api.views import BAD, KEY, REFUSALS
 from deadletter.conf import conf
@@ -109,11 +111,7 @@ class ArchivedSerializer(serializers.Serializer):
 
     @extend_schema_field(MessageSerializer(many=True))
     def get_messages(self, entry: Entry) -> list[Any]:
-        show = _MESSAGE_OUTPUT.to_representation
-        return [show(msg) for msg in self._row.messages or []]
-
-
-_MESSAGE_OUTPUT = MessageSerializer()
+        return shown_messages(self._row.messages, entry.queue, self.context)
 
 
 class ArchivedDetailSerializer(ArchivedSerializer):
@@ -202,7 +200,7 @@ class ArchiveList(DeadletterView):
             params.update(cursor=str(found.next), limit=str(asked["limit"]))
             path = reverse("deadletter-api:archive")
             next_url = request.build_absolute_uri(f"{path}?{urlencode(params)}")
-        results = ArchivedSerializer(found.entries, many=True).data
+        results = ArchivedSerializer(found.entries, many=True, context=viewer(request)).data
         return Response({"results": results, "next": next_url})
 
 
@@ -254,7 +252,7 @@ class ArchiveDetail(DeadletterView):
         if entry is None:
             raise NotFound(NO_ENTRY)
         require(request, entry.queue, absent=NO_ENTRY)
-        return Response(ArchivedDetailSerializer(entry).data)
+        return Response(ArchivedDetailSerializer(entry, context=viewer(request)).data)
 
 
 LOCATION = OpenApiParameter(

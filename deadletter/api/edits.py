@@ -17,7 +17,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from deadletter.api.fields import ExtraField, Int64Field, TextField, TimeField, format_time
-from deadletter.api.serializers import ErrorSerializer, RowSerializer
+from deadletter.api.serializers import ErrorSerializer, RowSerializer, viewer
 from deadletter.queue import edits, limits
 from deadletter.wire import jsonvalues, keys
 from deadletter.wire.gotime import GoOnlyTime, GoTime
@@ -175,7 +175,7 @@ def patch(request: Request, key: bytes) -> Response:
     if found is None:  # delivered or deleted since the edit committed
         raise exceptions.NotFound("The message was edited, then delivered or deleted.")
     row, etag = found
-    data = dict(RowSerializer(row).data)
+    data = dict(RowSerializer(row, context=viewer(request)).data)
     data["changed"] = ChangeSerializer(done.changes, many=True).data
     return Response(data, headers={"ETag": quoted(etag)})
 

@@ -23,7 +23,7 @@ from deadletter.api.fields import (
     format_unix_ns,
 )
 from deadletter.conf import conf
-from deadletter.queue import age, browse, history, seals, search
+from deadletter.queue import age, browse, history, redaction, seals, search
 from deadletter.queue.browse import Row
 from deadletter.reports.summaries import QueueStatus
 from deadletter.wire import codec, keys
@@ -203,13 +203,27 @@ class RowSerializer(serializers.Serializer):
 
     @extend_schema_field(MessageSerializer(many=True))
     def get_messages(self, row: Row) -> list[Any]:
-        # One message serializer for every row of a page: building one per row
-        # (its fields are deep-copied) cost more than the messages' output.
-        show = _MESSAGE_OUTPUT.to_representation
-        return [show(msg) for msg in row.messages or []]
+        return shown_messages(row.messages, keys.queue_of(row.key), self.context)
 
 
 _MESSAGE_OUTPUT = MessageSerializer()
+
+
+def viewer(request: Any) -> dict[str, Any]:
+    """The serializer context that shows messages as `request`'s user may see them:
+    without it, every redacted value (`queue.redaction`) is masked."""
+    return {"reveal": redaction.reveals(request.user)}
+
+
+def shown_messages(
+    msgs: list[Message] | None, queue: str, context: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """The JSON of a row's messages, redacted unless `context` (`viewer`) reveals."""
+    # One message serializer for every row of a page: building one per row
+    # (its fields are deep-copied) cost more than the messages' output.
+    show = _MESSAGE_OUTPUT.to_representation
+    reveal = bool(context.get("reveal", False))
+    return [show(redaction.redacted(msg, queue, reveal=reveal)) for msg in msgs or []]
 
 
 class AttemptSerializer(serializers.Serializer):
@@ -383,4 +397,6 @@ __all__ = [
     "QueueNameSerializer",
     "QueueSerializer",
     "RowSerializer",
+    "shown_messages",
+    "viewer",
 ]

@@ -48,10 +48,11 @@ from deadletter.api.serializers import (
     QueueSerializer,
     RowSerializer,
     api_queue_refusal,
+    viewer,
 )
 from deadletter.conf import conf
 from deadletter.models import QueuedMessage
-from deadletter.queue import browse, search
+from deadletter.queue import browse, redaction, search
 from deadletter.queue import edits as queue_edits
 from deadletter.queue.access import Scope
 from deadletter.queue.archive import discard
@@ -240,12 +241,13 @@ def _page(request: Request, asked: dict[str, Any], name: str | None, path: str) 
     limit: int = asked["limit"]
     found: search.Query | None = asked.get("q")
     granted = scope(request)
+    reveal = redaction.reveals(request.user)
     if name is None and not granted.unrestricted:
-        row_keys, more = _granted_keys(granted, found or search.parse(""), after, limit)
+        row_keys, more = _granted_keys(granted, found or search.parse(""), after, limit, reveal)
         rows = browse.rows_of(row_keys)
     elif found or name is None:
         row_keys, more = search.keys_page(
-            found or search.parse(""), queue=name, after_key=after, size=limit
+            found or search.parse(""), queue=name, after_key=after, size=limit, reveal=reveal
         )
         rows = browse.rows_of(row_keys)
     else:
@@ -258,11 +260,12 @@ def _page(request: Request, asked: dict[str, Any], name: str | None, path: str) 
         if found:
             params["q"] = found.text
         next_url = request.build_absolute_uri(f"{path}?{urlencode(params)}")
-    return Response({"results": RowSerializer(rows, many=True).data, "next": next_url})
+    results = RowSerializer(rows, many=True, context={"reveal": reveal}).data
+    return Response({"results": results, "next": next_url})
 
 
 def _granted_keys(
-    granted: Scope, query: search.Query, after: bytes | None, limit: int
+    granted: Scope, query: search.Query, after: bytes | None, limit: int, reveal: bool
 ) -> tuple[list[bytes], bool]:
     """A page of the search over the queues `granted` lets the user see, queue by
     queue in key order (the same order as over every queue), and whether more follow."""
@@ -270,7 +273,9 @@ def _granted_keys(
     start = b"" if after is None else after + keys.SEPARATOR
     for name in granted_queues(granted, start):
         within = after if after is not None and keys.queue_of(after) == name else None
-        page, _ = search.keys_page(query, queue=name, after_key=within, size=limit + 1 - len(found))
+        page, _ = search.keys_page(
+            query, queue=name, after_key=within, size=limit + 1 - len(found), reveal=reveal
+        )
         found += page
         if len(found) > limit:
             return found[:limit], True
@@ -298,7 +303,8 @@ class MessageDetail(DeadletterView):
         if found is None:
             raise NotFound(NO_ROW)
         row, etag = found
-        return Response(MessageRowSerializer(row).data, headers={"ETag": edits.quoted(etag)})
+        data = MessageRowSerializer(row, context=viewer(request)).data
+        return Response(data, headers={"ETag": edits.quoted(etag)})
 
     @openapi(
         parameters=[KEY, edits.IF_MATCH, edits.ETAG],
