@@ -34,6 +34,7 @@ from django.views.decorators.http import require_POST
 
 from deadletter import drain
 from deadletter.admin import (  # noqa: F401
+    access,
     archive,
     bulk,
     causes,
@@ -108,8 +109,16 @@ class QueuedMessageAdmin(admin.ModelAdmin):
         is refused with a 400 instead of reaching the database."""
         return lookup in KEY_LOOKUPS or lookup in FILTER_PARAMETERS
 
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        allowed = super().has_delete_permission(request, obj)
+        return allowed and (obj is None or access.scope(request).allows(obj.queue, "delete"))
+
     def get_queryset(self, request: HttpRequest) -> QuerySet[QueuedMessage]:
-        return QueuedMessage.objects.using(conf.DATABASE).order_by(*self.get_ordering(request))
+        """The rows of the queues the user may view (`admin.access`): all of them for
+        a superuser, or when no `QueueAccess` row exists."""
+        rows = QueuedMessage.objects.using(conf.DATABASE).order_by(*self.get_ordering(request))
+        scope = access.scope(request)
+        return rows if scope.unrestricted else rows.filter(scope.queue_q("view"))
 
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return KeysetChangeList
@@ -159,12 +168,20 @@ class QueuedMessageAdmin(admin.ModelAdmin):
     def change_view(
         self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: Any = None
     ) -> Any:
+        access.require(request, object_id)
+        queue = access.key_queue(object_id) or ""
+        scope = access.scope(request)
         context = {
-            "has_drain_permission": self.has_drain_permission(request),
-            "can_edit": edits.can_edit_text(request, object_id),
+            "has_drain_permission": self.has_drain_permission(request)
+            and scope.allows(queue, "retry"),
+            "can_edit": edits.can_edit_text(request, object_id) and scope.allows(queue, "edit"),
             **(extra_context or {}),
         }
         return super().change_view(request, object_id, form_url, context)
+
+    def history_view(self, request: HttpRequest, object_id: str, extra_context: Any = None) -> Any:
+        access.require(request, object_id)
+        return super().history_view(request, object_id, extra_context)
 
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[QueuedMessage], search_term: str
@@ -205,6 +222,7 @@ class QueuedMessageAdmin(admin.ModelAdmin):
     def retry_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         """The message page's "Retry now": one row through `drain.redeliver`, its
         handler given up on after the admin's time budget."""
+        access.require(request, object_id, "retry")
         if not self.has_drain_permission(request):
             raise PermissionDenied
         obj = self.get_object(request, object_id)
@@ -229,6 +247,7 @@ class QueuedMessageAdmin(admin.ModelAdmin):
     @drain.outside_request_transactions
     def edit_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         """The message page's "Edit" (`edits`); "Save and retry now" as Retry now."""
+        access.require(request, object_id, "edit")
         return edits.edit_page(self, request, object_id, self._retry_one)
 
     def _retry_one(self, request: HttpRequest, key: bytes) -> None:
@@ -254,6 +273,7 @@ class QueuedMessageAdmin(admin.ModelAdmin):
         """Hand the selected rows to their handlers with a drain's rules (at least
         once; a drain running on the same SQLite queue makes this refuse), a
         chunk at a time until the admin's time budget is spent."""
+        queryset = access.within(self, request, queryset, "retry", chosen=_chosen(request))
         try:
             progress = bulk.retry(
                 queryset,
@@ -281,6 +301,7 @@ class QueuedMessageAdmin(admin.ModelAdmin):
     ) -> TemplateResponse | None:
         """Delete the selection through `queue.dequeue` after a confirmation page
         that names the rows (or, for "all matching", the filter and a sample)."""
+        queryset = access.within(self, request, queryset, "delete", chosen=_chosen(request))
         if request.POST.get("post") == "yes":
             progress = bulk.delete(
                 queryset,
@@ -350,6 +371,7 @@ class QueuedMessageAdmin(admin.ModelAdmin):
 
     def delete_view(self, request: HttpRequest, object_id: str, extra_context: Any = None) -> Any:
         """Django's delete page, saying where the message goes (`archive.fate`)."""
+        access.require(request, object_id, "delete")
         context = {"fate": archive.fate(_queues_of([object_id]), one=True), **(extra_context or {})}
         return super().delete_view(request, object_id, context)
 
@@ -463,6 +485,13 @@ RETRY_OUTCOMES = {
     drain.Outcome.EXPIRED: "dropped (expired)",
     drain.Outcome.CORRUPT: "dropped (corrupt)",
 }
+
+
+def _chosen(request: HttpRequest) -> int | None:
+    """How many keys an action was posted (None for "all matching")."""
+    if request.POST.get("select_across") == "1":
+        return None
+    return len(set(request.POST.getlist(helpers.ACTION_CHECKBOX_NAME)))
 
 
 def _queues_of(texts: list[str]) -> list[str]:

@@ -1,0 +1,141 @@
+"""Per-queue access in the admin: the `QueueAccess` rules, and what the other pages
+call to keep a user to the queues the rules grant them (`queue.access`).
+
+Another team's message is a 404 (never a 403, which would say it exists); an
+action the user's rules do not grant on a queue they see is a 403. A bulk action
+drops the selected rows outside the user's grant and says how many.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.contrib import admin, messages
+from django.contrib.admin.utils import unquote
+from django.core.exceptions import PermissionDenied
+from django.db.models import QuerySet
+from django.http import Http404, HttpRequest
+
+from deadletter.models import QueueAccess
+from deadletter.queue import access
+from deadletter.wire import keys
+
+NOT_FOUND = "No such message."
+
+
+def scope(request: HttpRequest) -> access.Scope:
+    """The request's user's scope, read once per request (`access.scope_of`)."""
+    return access.scope_of(request.user)
+
+
+def key_queue(object_id: str) -> str | None:
+    """The queue of the key a URL names in hex; None for text that is not a key."""
+    try:
+        return keys.queue_of(keys.from_text(unquote(object_id)))
+    except ValueError:
+        return None
+
+
+def require(request: HttpRequest, object_id: str, action: str = "view") -> None:
+    """Http404 when the key's queue is not one the user may view, PermissionDenied
+    when they may view it but not do `action` there. Judged on the key's queue, not
+    on whether the row exists: a key of another team's queue tells nothing."""
+    found = scope(request)
+    if found.unrestricted:
+        return
+    queue = key_queue(object_id)
+    if queue is None:
+        return
+    if not found.allows(queue):
+        raise Http404(NOT_FOUND)
+    if not found.allows(queue, action):
+        raise PermissionDenied
+
+
+def within(
+    model_admin: admin.ModelAdmin,
+    request: HttpRequest,
+    queryset: QuerySet[Any],
+    action: str,
+    *,
+    chosen: int | None,
+) -> QuerySet[Any]:
+    """`queryset` (a bulk action's selection) kept to the queues where the user may do
+    `action`; the user is told how many selected rows were left alone. `chosen`:
+    how many keys were posted (None for "all matching", which only the rows of
+    queues the user sees can match)."""
+    found = scope(request)
+    if found.unrestricted:
+        return queryset
+    kept = queryset.filter(found.queue_q(action))
+    if chosen is not None:
+        dropped = chosen - kept.count()
+    elif action == "view":
+        dropped = 0
+    else:
+        dropped = queryset.exclude(found.queue_q(action)).order_by()[:100_001].count()
+    if dropped > 0:
+        model_admin.message_user(
+            request,
+            f"{dropped:,} selected message(s) are not in queues where you may {action} "
+            "(or are gone): left alone.",
+            messages.WARNING,
+        )
+    return kept
+
+
+class QueueAccessForm(forms.ModelForm):
+    """Exactly one holder, a group or a user, and a pattern that is not empty."""
+
+    class Meta:
+        model = QueueAccess
+        fields = ("group", "user", "queues", "view", "retry", "edit", "delete", "redrive")
+
+    def clean_queues(self) -> str:
+        pattern: str = self.cleaned_data.get("queues") or ""
+        if not pattern.strip():
+            raise forms.ValidationError("A pattern is needed, such as billing.* or mail.")
+        if "\x00" in pattern:
+            raise forms.ValidationError("A queue name holds no NUL.")
+        return pattern
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if bool(data.get("group")) == bool(data.get("user")):
+            raise forms.ValidationError("Choose a group or a user: exactly one of them.")
+        return data
+
+
+@admin.register(QueueAccess)
+class QueueAccessAdmin(admin.ModelAdmin):
+    """The rules: which group or user may do what on the queues a pattern matches."""
+
+    form = QueueAccessForm
+    list_display = ["holder", "queues", "view", "retry", "edit", "delete", "redrive"]
+    list_display_links = ["holder", "queues"]
+    list_filter = ["view", "retry", "edit", "delete", "redrive"]
+    search_fields = ["queues", "group__name", "user__username"]
+    fieldsets = (
+        (None, {"fields": ("group", "user", "queues")}),
+        (
+            "Grants on those queues",
+            {
+                "fields": ("view", "retry", "edit", "delete", "redrive"),
+                "description": "An action needs view on the queue too, and the matching "
+                "model permission. Once any rule exists, users who are not superusers "
+                "see only the queues their rules (their own and their groups') grant.",
+            },
+        ),
+    )
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[QueueAccess]:
+        return super().get_queryset(request).select_related("group", "user")
+
+    @admin.display(description="group or user", ordering="group__name")
+    def holder(self, obj: QueueAccess) -> str:
+        return f"group {obj.group}" if obj.group_id else f"user {obj.user}"
+
+    def delete_model(self, request: HttpRequest, obj: QueueAccess) -> None:
+        """By query: the model's `delete` is its boolean field, which hides `Model.delete`."""
+        QueueAccess.objects.filter(pk=obj.pk).delete()
