@@ -24,12 +24,14 @@ from django.utils.translation import gettext
 
 from deadletter.admin import searching
 from deadletter.models import QueuedMessage
-from deadletter.queue import redaction, search
+from deadletter.queue import access, incidents, redaction, search
 from deadletter.reports import overview, queues
 from deadletter.wire import keys
 
 AFTER = "after"
 MAX_CAUSES_LISTED = 20
+# Causes' rows read at most for a restricted user's cause filter.
+CAUSES_READ = 10_000
 # Queues the queue filter lists by name (one index seek each); any other is typed.
 MAX_QUEUES_LISTED = 50
 BEFORE = "before"
@@ -56,9 +58,15 @@ class QueueFilter(admin.SimpleListFilter):
     listed = MAX_QUEUES_LISTED
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        page = queues.page_after(None, self.listed)
-        self.more = page.more_after
-        listed = page.names
+        scope = access.scope_of(request.user)
+        if scope.unrestricted:
+            page = queues.page_after(None, self.listed)
+            self.more = page.more_after
+            listed = page.names
+        else:
+            names = scope.granted_names(self.listed + 1)
+            self.more = len(names) > self.listed
+            listed = names[: self.listed]
         chosen = self.value()
         if chosen and chosen not in listed:
             listed.append(chosen)
@@ -106,8 +114,13 @@ class CauseFilter(admin.SimpleListFilter):
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
         """The first signatures alphabetically (the overview counts them per queue);
-        one seek each, never a count."""
-        listed = overview.signatures(MAX_CAUSES_LISTED)
+        one seek each, never a count. A user kept to some queues (`queue.access`) is
+        offered the causes of those queues only (read off the causes' small table)."""
+        scope = access.scope_of(request.user)
+        if scope.unrestricted:
+            listed = overview.signatures(MAX_CAUSES_LISTED)
+        else:
+            listed = granted_signatures(scope, MAX_CAUSES_LISTED)
         chosen = self.value()
         if chosen and chosen not in listed:
             listed.append(chosen)
@@ -118,6 +131,20 @@ class CauseFilter(admin.SimpleListFilter):
     ) -> QuerySet[QueuedMessage]:
         cause = self.value()
         return queryset.filter(signature=cause) if cause else queryset
+
+
+def granted_signatures(scope: access.Scope, limit: int) -> list[str]:
+    """The first `limit` signatures, alphabetically, of the causes of the queues
+    `scope` may view: from the causes' table (one row per queue and signature),
+    at most `CAUSES_READ` of its rows."""
+    rows = incidents.causes().order_by("signature", "queue").values_list("queue", "signature")
+    found: list[str] = []
+    for queue, signature in rows[:CAUSES_READ].iterator():
+        if scope.allows(queue) and (not found or found[-1] != signature):
+            found.append(signature)
+            if len(found) == limit:
+                break
+    return found
 
 
 def _key_param(request: HttpRequest, name: str) -> bytes | None:
