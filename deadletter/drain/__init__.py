@@ -1,11 +1,13 @@
 """Hand parked messages back to their handlers, at least once.
 
-A handler is `handle(msg) -> Message | None` named per queue in
+A handler is `handle(msg) -> Message | None`, or `handle(msg, ctx)` to be told
+the attempt (`context.DeliveryContext`), named per queue in
 `DEADLETTER_HANDLERS`; what it does decides the row's fate (`outcomes`, and
 the table in docs/drain.md). A row is removed only after its handler
 returned, so a crash at any point hands the message in hand over again.
 
-One module a job: `handlers` (loading and checking them), `policy` (a
+One module a job: `handlers` (loading and checking them, the form each takes),
+`context` (what a handler taking two arguments is told), `policy` (a
 queue's attempts limit, backoff and breaker), `outcomes` (the rules),
 `report` (a message's `Outcome`, the run's `DrainReport`), `delivery` (the
 one loop every path hands messages over through), `options` (what a run is
@@ -25,6 +27,7 @@ same loop), `redrive_turns` (unfinished ones resumed, the service's turns) and
 
 from __future__ import annotations
 
+from deadletter.drain.context import DeliveryContext
 from deadletter.drain.errors import DrainAborted, DrainConfigError, DrainLocked
 from deadletter.drain.handlers import (
     Handler,
@@ -61,6 +64,7 @@ __all__ = [
     "LAST_ERROR_LIMIT",
     "MAX_HUNG_HANDLERS",
     "PROGRESS_EVERY",
+    "DeliveryContext",
     "DrainAborted",
     "DrainConfigError",
     "DrainLocked",

@@ -36,6 +36,7 @@ from collections.abc import Callable, Mapping
 
 from deadletter import queue
 from deadletter.drain.concurrency import MAX_CONCURRENCY, Lanes
+from deadletter.drain.context import context_of
 from deadletter.drain.errors import DrainAborted, DrainConfigError
 from deadletter.drain.handlers import Handler, Loaded
 from deadletter.drain.inflight import Journal, journal
@@ -176,6 +177,7 @@ class Delivery:
                             policy=loaded.policy,
                             actor=self.actor,
                             journal=self.journal,
+                            takes_context=loaded.takes_context,
                         )
                 except HungHandlers:
                     self.budget.give_back()
@@ -260,9 +262,9 @@ class Delivery:
         seconds = self.handler_time()
         if item is None or item is SKIPPED or self.stop.is_set():
             return job
-        handler = self.handlers[name or keys.queue_of(item.key)].handler
+        loaded = self.handlers[name or keys.queue_of(item.key)]
         lanes.submit(
-            lambda lane: _call(job, handler, seconds, done, self.journal, self.actor), busy=busy
+            lambda lane: _call(job, loaded, seconds, done, self.journal, self.actor), busy=busy
         )
         job.started.wait()
         return job
@@ -299,6 +301,7 @@ class Delivery:
                     policy=loaded.policy,
                     actor=self.actor,
                     journal=self.journal,
+                    takes_context=loaded.takes_context,
                 )
         except BaseException as exc:  # for the caller's thread, which raises it
             job.raised = exc
@@ -412,7 +415,7 @@ class _Job:
         else:
             self.started.set()
 
-    def replay(self, msg: Message) -> Message | None:
+    def replay(self, msg: Message, *context: object) -> Message | None:
         """What the handler did, again, for `deliver` in the caller's thread."""
         if self.raised is not None:
             raise self.raised
@@ -428,15 +431,15 @@ class _Starting:
         self._handler = handler
         self._job = job
 
-    def __call__(self, msg: Message) -> Message | None:
+    def __call__(self, msg: Message, *context: object) -> Message | None:
         self._job.handed = True
         self._job.started.set()
-        return self._handler(msg)
+        return self._handler(msg, *context)
 
 
 def _call(
     job: _Job,
-    handler: Handler,
+    loaded: Loaded,
     seconds: float | None,
     done: queues.SimpleQueue[_Job],
     journal: Journal | None,
@@ -446,14 +449,19 @@ def _call(
     timed); what it returned or raised goes back to the caller's thread, which
     settles the row."""
     assert isinstance(job.item, queue.Queued)
-    starting = _Starting(handler, job)
+    starting = _Starting(loaded.handler, job)
+    context = context_of(job.item, seconds) if loaded.takes_context else None
     slot = None if journal is None else journal.enter(job.item.key, actor.encode())
     started = time.monotonic()
     try:
-        if seconds is None:
+        if context is None and seconds is None:
             job.returned = starting(job.item.msg)
+        elif seconds is None:
+            job.returned = starting(job.item.msg, context)
         else:
-            job.returned = call_within(starting, job.item.msg, seconds, key=job.item.key)
+            job.returned = call_within(
+                starting, job.item.msg, seconds, key=job.item.key, context=context
+            )
     except BaseException as exc:  # replayed in the caller's thread
         job.raised = exc
     finally:

@@ -5,6 +5,7 @@ is in docs/drain.md ("What a handler's result does"); this module is its code.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import time
@@ -14,13 +15,14 @@ from datetime import UTC, datetime, timedelta
 from django.db import DatabaseError, transaction
 
 from deadletter import queue
+from deadletter.drain.context import DeliveryContext, context_of
 from deadletter.drain.handlers import Handler
 from deadletter.drain.inflight import Journal
 from deadletter.drain.policy import Policy, held_wait
 from deadletter.drain.report import Outcome
 from deadletter.drain.timeouts import HandlerTimeout, HungHandlers, call_within
 from deadletter.exceptions import NeedsOperator, PermanentFailure
-from deadletter.queue import archive_write, claims, history
+from deadletter.queue import archive_write, claims, history, tracing
 from deadletter.queue.archive_write import ACTOR_DRAIN
 from deadletter.queue.claims import dequeue_claimed, handler_savepoint
 from deadletter.queue.history import AttemptOutcome
@@ -50,6 +52,9 @@ HELD_MARK = f"{NeedsOperator.__name__}: "
 subclass of `NeedsOperator` raised: what the admin and the causes go by."""
 
 
+_NO_SPAN: contextlib.nullcontext[None] = contextlib.nullcontext()
+
+
 class HandlerKilled(Exception):
     """The handler's process died while it ran (SIGKILL, the OOM killer): a failed
     attempt, counted by the next drain from the dead process's journal (`inflight`)."""
@@ -75,8 +80,14 @@ def deliver(
     actor: str = "drain",
     journal: Journal | None = None,
     replayed: float | None = None,
+    takes_context: bool = False,
 ) -> Outcome:
     """Hand one message to `handler` and settle its row by what happened.
+
+    With `takes_context` it is called `handler(msg, ctx)`, `ctx` the attempt's
+    `DeliveryContext`. With the `otel` extra and a tracer provider set, the attempt
+    is a `deadletter.deliver` span (`queue.tracing`), current while the handler
+    runs, with its outcome.
 
     * returns None: delivered, the row is dequeued (and, when it had failed
       before, its attempts' history deleted in the same transaction);
@@ -113,6 +124,48 @@ def deliver(
     that thread's connection, outside the caller's transaction and savepoint.
     `HungHandlers` passes through before the handler starts, the row untouched.
     """
+    traced = tracing.ENABLED and tracing.spans_on()
+    context = context_of(item, timeout) if takes_context or traced else None
+    span: contextlib.AbstractContextManager[tracing.Attempt | None] = _NO_SPAN
+    if context is not None and traced:
+        span = tracing.attempt_span(
+            queue=context.queue,
+            key=context.key,
+            attempt=context.attempt,
+            traceparent=context.traceparent,
+            ran=replayed,
+        )
+    with span as attempt:
+        outcome = _deliver(
+            item,
+            handler,
+            context if takes_context else None,
+            max_attempts,
+            claimed,
+            timeout,
+            policy,
+            actor,
+            journal,
+            replayed,
+        )
+        if attempt is not None:
+            attempt.outcome(outcome.value)
+    return outcome
+
+
+def _deliver(
+    item: queue.Queued,
+    handler: Handler,
+    context: DeliveryContext | None,
+    max_attempts: int | None,
+    claimed: bool,
+    timeout: float | None,
+    policy: Policy | None,
+    actor: str,
+    journal: Journal | None,
+    replayed: float | None,
+) -> Outcome:
+    """`deliver`'s rules; `context`, when given, is the handler's second argument."""
     ran = replayed
     slot = None
     if journal is not None and replayed is None:
@@ -121,12 +174,12 @@ def deliver(
     try:
         try:
             if timeout is not None:
-                result = call_within(handler, item.msg, timeout, key=item.key)
+                result = call_within(handler, item.msg, timeout, key=item.key, context=context)
             elif claimed:
                 with handler_savepoint():
-                    result = handler(item.msg)
+                    result = handler(item.msg) if context is None else handler(item.msg, context)
             else:
-                result = handler(item.msg)
+                result = handler(item.msg) if context is None else handler(item.msg, context)
         finally:
             if ran is None:
                 ran = time.monotonic() - started

@@ -9,6 +9,7 @@ in the drain's own thread and transaction.
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import logging
 import math
@@ -20,6 +21,7 @@ from typing import Any
 from django.db import connections
 
 from deadletter.conf import conf
+from deadletter.drain.context import DeliveryContext
 from deadletter.drain.errors import DrainConfigError
 from deadletter.drain.handlers import Handler
 from deadletter.exceptions import DeadletterError
@@ -167,6 +169,7 @@ class _Call:
     handler: Handler
     msg: Message
     key: bytes
+    context: DeliveryContext | None = None
     done: threading.Event = dataclasses.field(default_factory=threading.Event)
     result: Any = None
     error: BaseException | None = None
@@ -176,7 +179,10 @@ class _Call:
 
     def run(self) -> None:
         try:
-            self.result = self.handler(self.msg)
+            if self.context is None:
+                self.result = self.handler(self.msg)
+            else:
+                self.result = self.handler(self.msg, self.context)
         except BaseException as exc:  # handed to the waiting drain, or logged
             self.error = exc
         finally:
@@ -193,14 +199,27 @@ class _Call:
             )
 
 
-def call_within(handler: Handler, msg: Message, seconds: float, *, key: bytes) -> Message | None:
-    """`handler(msg)` in a daemon thread; `HandlerTimeout` when it has not returned
-    after `seconds` (the thread is left to finish on its own, its result ignored),
-    `HungHandlers` before starting when too many such threads still run. The
-    thread closes its own database connections when it ends."""
+def call_within(
+    handler: Handler,
+    msg: Message,
+    seconds: float,
+    *,
+    key: bytes,
+    context: DeliveryContext | None = None,
+) -> Message | None:
+    """`handler(msg)` (`handler(msg, context)` with a `context`) in a daemon thread
+    that runs in a copy of the caller's context variables (the attempt's span
+    among them); `HandlerTimeout` when it has not returned after `seconds` (the
+    thread is left to finish on its own, its result ignored), `HungHandlers`
+    before starting when too many such threads still run. The thread closes its
+    own database connections when it ends."""
     _hung.check()
-    call = _Call(handler, msg, bytes(key))
-    thread = threading.Thread(target=call.run, name=f"deadletter-handler-{key.hex()[:16]}")
+    call = _Call(handler, msg, bytes(key), context)
+    thread = threading.Thread(
+        target=contextvars.copy_context().run,
+        args=(call.run,),
+        name=f"deadletter-handler-{key.hex()[:16]}",
+    )
     thread.daemon = True
     thread.start()
     try:

@@ -24,7 +24,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 
 from deadletter import signals
 from deadletter.conf import conf
-from deadletter.queue import age, incidents
+from deadletter.queue import age, incidents, tracing
 from deadletter.queue.causes import signature_at_park
 from deadletter.queue.rows import (
     REREAD,
@@ -59,9 +59,11 @@ def store_failed_msgs(queue: str, msg: Message) -> bytes:
     again keeps it. Raises `QueueingError` when the row cannot be written (or
     would be over `DEADLETTER_MAX_ROW_BYTES`, or its `queued_at` is in the
     future: `age.first_failure_error`) and `ValueError` for an invalid queue
-    name.
+    name. With the `otel` extra and a span active, the message carries its trace
+    context (`tracing.with_traceparent`), for its deliveries' spans to link to.
     """
     prefix = keys.encode_queue_name(queue)
+    msg = tracing.with_traceparent(msg)
     now_ns = time.time_ns()
     stamp_ns: int | None = None
     if msg.queued_at is None:

@@ -15,14 +15,45 @@ import logging
 from django.db import DatabaseError, IntegrityError, transaction
 
 from deadletter import signals
+from deadletter.queue import seals
 from deadletter.queue.rows import QueueingError, delete_sql
 from deadletter.store import sql
 from deadletter.wire import codec, keys
 from deadletter.wire.messages import Message
 
-__all__ = ["MoveConflict", "move_msg", "moved_key"]
+__all__ = ["ORIGIN_KEY", "MoveConflict", "move_msg", "moved_key", "origin_of", "with_origin"]
 
 logger = logging.getLogger("deadletter")
+
+ORIGIN_KEY = "Origin"
+"""The extra key of a message that left its first row key (a move, a restore under a
+fresh key): that key in hex, so a handler's idempotency key (`DeliveryContext.key`)
+stays the same. Written once; a later move keeps it."""
+
+seals.reserve("deadletter", (ORIGIN_KEY,))
+
+
+def origin_of(key: bytes, msg: Message) -> str:
+    """The message's stable key in hex: its `ORIGIN_KEY` when it has one, else `key`'s."""
+    origin = msg.extra.get(ORIGIN_KEY)
+    return origin if isinstance(origin, str) and origin else bytes(key).hex()
+
+
+def with_origin(value: bytes, key: bytes) -> bytes:
+    """A row's `value` for a copy under another key: its one message carrying
+    `ORIGIN_KEY` (the key it had first); the bytes as they are when it already
+    carries one, holds several messages or does not decode. Every other field is
+    written back as it was read (the codec's round trip)."""
+    try:
+        msg = codec.decode_single(value)
+    except codec.CodecError:
+        return value
+    if msg is None or ORIGIN_KEY in msg.extra:
+        return value
+    try:
+        return codec.encode_one(msg.replace(extra={**msg.extra, ORIGIN_KEY: bytes(key).hex()}))
+    except (codec.CodecError, TypeError, ValueError):
+        return value
 
 
 class MoveConflict(QueueingError):
@@ -45,10 +76,11 @@ def moved_key(key: bytes, to_queue: str) -> bytes:
 
 
 def move_msg(key: bytes, to_queue: str) -> bytes | None:
-    """Move the row `key` into `to_queue` under `moved_key(key, to_queue)`, value,
-    signature and due time as they were (the search index marks it for indexing by
-    the column's default); returns the new key, or None when the row is gone or,
-    on a server, another transaction holds it.
+    """Move the row `key` into `to_queue` under `moved_key(key, to_queue)`, signature
+    and due time as they were, the value too but for `ORIGIN_KEY` (`with_origin`:
+    the key its handler is told stays the first one); the search index marks it for
+    indexing by the column's default. Returns the new key, or None when the row is
+    gone or, on a server, another transaction holds it.
 
     `ValueError` for a legacy row or a move into its own queue; `MoveConflict`
     when the new key is taken, `QueueingError` for a database failure: nothing
@@ -76,7 +108,7 @@ def move_msg(key: bytes, to_queue: str) -> bytes | None:
             row = cursor.fetchone()
             if row is None:
                 return None
-            value = bytes(row[0]) if row[0] is not None else b""
+            value = with_origin(bytes(row[0]) if row[0] is not None else b"", key)
             try:
                 sql.write(connection, insert, (new_key, value, row[1], row[2]))
             except IntegrityError as exc:

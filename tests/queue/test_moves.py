@@ -1,6 +1,6 @@
 """A move rewrites only the key's queue prefix, in one transaction: the row keeps its
-time and sequence (so its order), its value, signature and due time, and is in
-exactly one queue afterwards."""
+time and sequence (so its order), its value (carrying `Origin`, its first key),
+signature and due time, and is in exactly one queue afterwards."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ import pytest
 from django.db import connection
 
 from deadletter.models import QueuedMessage
-from deadletter.queue.moves import MoveConflict, move_msg, moved_key
+from deadletter.queue.moves import ORIGIN_KEY, MoveConflict, move_msg, moved_key, origin_of
 from deadletter.wire import codec, keys
 from deadletter.wire.messages import Message
 from tests.drain.drain_harness import claim_held_by_another_thread
-from tests.factories import insert, insert_at, park, parked, table_rows
+from tests.factories import insert, insert_at, park, parked, parked_messages, table_rows
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -26,12 +26,26 @@ def test_a_move_keeps_the_time_and_sequence_of_the_key() -> None:
     assert keys.parse_key(new_key)[1:] == keys.parse_key(key)[1:]
 
 
-def test_a_moved_row_is_in_the_destination_only_with_its_bytes() -> None:
+def test_a_moved_row_is_in_the_destination_only_its_bytes_with_its_origin() -> None:
     (key,) = park("a")
     value = dict(table_rows())[key]
     new_key = move_msg(key, "other")
-    assert dict(table_rows()) == {new_key: value}
+    original = codec.decode_single(value)
+    assert original is not None
+    with_origin = original.replace(extra={ORIGIN_KEY: key.hex()})
+    assert dict(table_rows()) == {new_key: codec.encode_one(with_origin)}
     assert parked("q") == [] and parked("other") == ["a"]
+
+
+def test_a_row_moved_again_keeps_its_first_origin_and_its_bytes() -> None:
+    (key,) = park("a")
+    second = move_msg(key, "other")
+    assert second is not None
+    value = dict(table_rows())[second]
+    third = move_msg(second, "third")
+    assert third is not None
+    assert dict(table_rows()) == {third: value}
+    assert origin_of(third, parked_messages("third")[0]) == key.hex()
 
 
 def test_moved_rows_keep_their_order_among_the_destinations_rows() -> None:
