@@ -6,11 +6,16 @@ itself is the drain's (`drain.Drainer`) and the queue's (`claims.fetch_msg`,
 which drops an expired message by the queue's own rule), bounded by
 `DEADLETTER_ADMIN_TIME_BUDGET`: a drain's handler still running when it ends
 is given up on.
+
+A user kept to some queues (`queue.access`) sees those only, with totals over
+them; Drain offers the configured queues they may retry, Purge expired takes a
+queue they may delete in (every such queue when empty).
 """
 
 from __future__ import annotations
 
 import time
+from datetime import datetime
 from typing import Any, Protocol
 
 from django import forms
@@ -27,7 +32,8 @@ from django.utils.http import urlencode
 from deadletter import drain
 from deadletter.admin import rows
 from deadletter.conf import conf
-from deadletter.queue import browse, claims, incidents
+from deadletter.models import QueuedMessage
+from deadletter.queue import access, browse, claims, incidents
 from deadletter.queue.api import queue_names
 from deadletter.reports import overview, queues, summaries
 from deadletter.store import counters, sql
@@ -66,11 +72,23 @@ class DrainForm(forms.Form):
         help_text="At most this many messages are handed to their handlers.",
     )
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, scope: access.Scope | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        names = sorted(conf.HANDLERS)
+        self.scope = scope or access.Scope.everything()
+        names = self.scope.names_filter(sorted(conf.HANDLERS), "retry")
+        everything = "all configured queues" if self.scope.unrestricted else "all yours"
         field: Any = self.fields["queue"]
-        field.choices = [("", "all configured queues")] + [(n, n) for n in names]
+        field.choices = [("", everything)] + [(n, n) for n in names]
+
+    def queues(self) -> list[str] | None:
+        """The queues to drain: the chosen one, or every configured one (the
+        configured ones the scope may retry when it is restricted)."""
+        name = self.cleaned_data["queue"] or None
+        if name is not None:
+            return [name]
+        if self.scope.unrestricted:
+            return None
+        return self.scope.names_filter(sorted(conf.HANDLERS), "retry")
 
 
 class PurgeForm(forms.Form):
@@ -81,6 +99,10 @@ class PurgeForm(forms.Form):
         required=False, strip=False, help_text="A queue's name; every queue when empty."
     )
 
+    def __init__(self, *args: Any, scope: access.Scope | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.scope = scope or access.Scope.everything()
+
     def clean_queue(self) -> str:
         name: str = self.cleaned_data["queue"]
         if name:
@@ -88,7 +110,14 @@ class PurgeForm(forms.Form):
                 keys.encode_queue_name(name)
             except ValueError as exc:
                 raise forms.ValidationError(str(exc)) from None
+            if not self.scope.allows(name, "delete"):
+                raise forms.ValidationError("You may not delete messages of that queue.")
         return name
+
+    def queues(self) -> list[str]:
+        """The chosen queue, or every queue (every one the scope may delete in)."""
+        chosen: str = self.cleaned_data["queue"]
+        return [chosen] if chosen else self.scope.names_filter(queue_names(), "delete")
 
 
 def _context(model_admin: QueuedMessageAdmin, request: HttpRequest, **extra: Any) -> dict[str, Any]:
@@ -108,7 +137,8 @@ def overview_page(model_admin: QueuedMessageAdmin, request: HttpRequest) -> Http
         raise PermissionDenied
     now = rows.now()
     horizon = summaries.horizon_or_default(None)
-    page = _queue_page(request)
+    scope = access.scope_of(request.user)
+    page = _queue_page(request, scope)
     shown = overview.overview(page.names, now=now, horizon=horizon)
     dropped = counters.drop_counts(sql.connection(), [q.name for q in shown])
     known = _causes_of(request, shown)
@@ -135,7 +165,8 @@ def overview_page(model_admin: QueuedMessageAdmin, request: HttpRequest) -> Http
         horizon=rows.duration(horizon),
         count_cap=f"{overview.COUNT_CAP:,}",
         max_causes=overview.MAX_CAUSES,
-        totals=overview.totals(now=now),
+        totals=overview.totals(now=now) if scope.unrestricted else granted_totals(scope, now),
+        restricted=not scope.unrestricted,
         page_size=QUEUES_PER_PAGE,
         first_url=reverse("admin:deadletter_overview") if page.more_before else None,
         previous_url=_page_url("before", page.names[0]) if page.more_before else None,
@@ -163,15 +194,50 @@ def _causes_of(
     }
 
 
-def _queue_page(request: HttpRequest) -> queues.QueuePage:
+def _queue_page(request: HttpRequest, scope: access.Scope) -> queues.QueuePage:
     """The page `?after=NAME` or `?before=NAME` asks for (the first page otherwise,
-    or when the name is not one a queue can have)."""
+    or when the name is not one a queue can have); of the granted queues only for
+    a restricted user."""
+    if not scope.unrestricted:
+        try:
+            return granted_page(scope, request.GET.get("after"), request.GET.get("before"))
+        except ValueError:
+            return granted_page(scope, None, None)
     try:
         if "before" in request.GET:
             return queues.page_before(request.GET["before"], QUEUES_PER_PAGE)
         return queues.page_after(request.GET.get("after") or None, QUEUES_PER_PAGE)
     except ValueError:
         return queues.page_after(None, QUEUES_PER_PAGE)
+
+
+def granted_page(scope: access.Scope, after: str | None, before: str | None) -> queues.QueuePage:
+    """A page of the queues `scope` may view, as `queues.page_after` / `page_before`
+    pages every queue. `ValueError` for an invalid name."""
+    size = QUEUES_PER_PAGE
+    if before is not None:
+        found = scope.granted_names(size + 1, before=before)
+        more_after = bool(scope.granted_names(1, after=found[0] if found else None))
+        names = found[:size][::-1]
+        return queues.QueuePage(names, len(found) > size, more_after)
+    found = scope.granted_names(size + 1, after=after or None)
+    more_before = bool(after) and bool(scope.granted_names(1, before=after))
+    return queues.QueuePage(found[:size], more_before, len(found) > size)
+
+
+def granted_totals(scope: access.Scope, now: datetime) -> overview.OverviewTotals:
+    """The totals over the queues `scope` may view: two counts of their key ranges,
+    capped as the overview's are."""
+    rows = QueuedMessage.objects.using(conf.DATABASE).filter(scope.queue_q("view")).order_by()
+    cap = overview.COUNT_CAP
+
+    def capped(found: int) -> overview.Count:
+        return overview.Count(min(found, cap), found > cap)
+
+    return overview.OverviewTotals(
+        capped(rows.values("key")[: cap + 1].count()),
+        capped(rows.filter(due_at__gt=now).values("key")[: cap + 1].count()),
+    )
 
 
 def _page_url(direction: str, name: str) -> str:
@@ -186,12 +252,16 @@ def _require_drain(model_admin: QueuedMessageAdmin, request: HttpRequest) -> Non
 def drain_page(model_admin: QueuedMessageAdmin, request: HttpRequest) -> HttpResponse:
     """GET: the confirmation page; POST: a bounded drain of the chosen queue(s)."""
     _require_drain(model_admin, request)
-    form = DrainForm(request.POST if request.method == "POST" else request.GET or None)
+    scope = access.scope_of(request.user)
+    form = DrainForm(request.POST if request.method == "POST" else request.GET or None, scope=scope)
     if request.method == "POST" and form.is_valid():
-        name = form.cleaned_data["queue"] or None
+        chosen = form.queues()
+        if chosen == []:
+            model_admin.message_user(request, "No queue of yours to drain.", messages.WARNING)
+            return redirect("admin:deadletter_overview")
         try:
             drainer = drain.Drainer(
-                [name] if name else None,
+                chosen,
                 drain.DrainOptions(limit=form.cleaned_data["limit"], budget=conf.ADMIN_TIME_BUDGET),
                 log_progress=False,
             )
@@ -218,7 +288,9 @@ def drain_page(model_admin: QueuedMessageAdmin, request: HttpRequest) -> HttpRes
         model_admin,
         request,
         title="Drain: are you sure?",
-        form=form if form.is_bound else DrainForm(initial={"queue": request.GET.get("queue", "")}),
+        form=form
+        if form.is_bound
+        else DrainForm(initial={"queue": request.GET.get("queue", "")}, scope=scope),
         handlers=sorted(conf.HANDLERS.items()),
     )
     return TemplateResponse(request, "admin/deadletter/queuedmessage/drain_confirm.html", context)
@@ -227,10 +299,10 @@ def drain_page(model_admin: QueuedMessageAdmin, request: HttpRequest) -> HttpRes
 def purge_page(model_admin: QueuedMessageAdmin, request: HttpRequest) -> HttpResponse:
     """GET: the confirmation page; POST: drop the expired messages of the chosen queue(s)."""
     _require_drain(model_admin, request)
-    form = PurgeForm(request.POST if request.method == "POST" else None)
+    scope = access.scope_of(request.user)
+    form = PurgeForm(request.POST if request.method == "POST" else None, scope=scope)
     if request.method == "POST" and form.is_valid():
-        chosen = form.cleaned_data["queue"]
-        names = [chosen] if chosen else queue_names()
+        names = form.queues()
         purged, finished = purge_expired(names)
         text = f"Purged {purged} expired message(s)."
         if not finished:
@@ -241,7 +313,9 @@ def purge_page(model_admin: QueuedMessageAdmin, request: HttpRequest) -> HttpRes
         model_admin,
         request,
         title="Purge expired: are you sure?",
-        form=form if form.is_bound else PurgeForm(initial={"queue": request.GET.get("queue", "")}),
+        form=form
+        if form.is_bound
+        else PurgeForm(initial={"queue": request.GET.get("queue", "")}, scope=scope),
         max_age=rows.duration(conf.MAX_QUEUE_AGE),
     )
     return TemplateResponse(request, "admin/deadletter/queuedmessage/purge_confirm.html", context)
