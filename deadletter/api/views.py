@@ -50,8 +50,6 @@ from deadletter.api.serializers import (
     api_queue_refusal,
     viewer,
 )
-from deadletter.conf import conf
-from deadletter.models import QueuedMessage
 from deadletter.queue import browse, redaction, search
 from deadletter.queue import edits as queue_edits
 from deadletter.queue.access import Scope
@@ -133,8 +131,7 @@ class QueueList(DeadletterView):
             page = queue_pages.page_after(after, limit)
             names, more = page.names, page.more_after
         else:
-            start = b"" if after is None else keys.queue_bounds(after)[1]
-            names = list(itertools.islice(granted_queues(granted, start), limit + 1))
+            names = granted.granted_names(limit + 1, after=after)
             names, more = names[:limit], len(names) > limit
         statuses = [summaries.queue_status(name) for name in names]
         context = {"now_ns": time.time_ns()}
@@ -144,19 +141,6 @@ class QueueList(DeadletterView):
             query_text = urlencode({"after": names[-1], "limit": str(limit)})
             response["Link"] = f'<{request.build_absolute_uri(f"{path}?{query_text}")}>; rel="next"'
         return response
-
-
-def granted_queues(granted: Scope, low: bytes) -> Iterator[str]:
-    """The queues holding a row at or after key `low` that `granted` lets the user
-    view, in key order: one seek each, which passes over the queues of other
-    teams in between (the scope's key ranges)."""
-    rows = QueuedMessage.objects.using(conf.DATABASE).filter(granted.queue_q()).order_by("key")
-    while True:
-        key = rows.filter(key__gte=low).values_list("key", flat=True).first()
-        if key is None:
-            return
-        yield keys.queue_of(bytes(key))
-        low = keys.prefix_of(bytes(key)) + b"\x01"
 
 
 class QueueDetail(DeadletterView):
@@ -270,9 +254,12 @@ def _granted_keys(
     """A page of the search over the queues `granted` lets the user see, queue by
     queue in key order (the same order as over every queue), and whether more follow."""
     found: list[bytes] = []
-    start = b"" if after is None else after + keys.SEPARATOR
-    for name in granted_queues(granted, start):
-        within = after if after is not None and keys.queue_of(after) == name else None
+    start = None if after is None else keys.queue_of(after)
+    names = _names_after(granted, start)
+    if start is not None and granted.allows(start):
+        names = itertools.chain([start], names)
+    for name in names:
+        within = after if name == start else None
         page, _ = search.keys_page(
             query, queue=name, after_key=within, size=limit + 1 - len(found), reveal=reveal
         )
@@ -280,6 +267,19 @@ def _granted_keys(
         if len(found) > limit:
             return found[:limit], True
     return found, False
+
+
+def _names_after(granted: Scope, name: str | None) -> Iterator[str]:
+    """The queues holding a row that `granted` lets the user see, sorting after `name`."""
+    while True:
+        page = granted.granted_names(_NAMES_PAGE, after=name)
+        yield from page
+        if len(page) < _NAMES_PAGE:
+            return
+        name = page[-1]
+
+
+_NAMES_PAGE = 50
 
 
 @method_decorator(drain.outside_request_transactions, name="dispatch")

@@ -253,3 +253,25 @@ def test_with_no_queue_access_row_the_model_permissions_alone_apply(billing, row
     assert queues_of(billing.get(f"{API}/messages/")) == list(QUEUES)
     assert billing.get(message(rows["support.tickets"])).status_code == 200
     assert billing.post(f"{API}/queues/support.tickets/drain/").status_code == 200
+
+
+def test_the_granted_queue_list_and_search_ask_the_same_statements_at_3000_other_queues(
+    billing, rows
+) -> None:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from tests.reports.many_queues import park_one_row_queues
+
+    def asked() -> tuple[int, int, list[str]]:
+        with CaptureQueriesContext(connection) as listed:
+            shown = names(billing.get(f"{API}/queues/"))
+        with CaptureQueriesContext(connection) as searched:
+            assert queues_of(billing.get(f"{API}/messages/")) == shown
+        return len(listed.captured_queries), len(searched.captured_queries), shown
+
+    asked()  # the search indexes the granted queues' new rows first
+    few = asked()
+    park_one_row_queues(3000, prefix="billingz")
+    park_one_row_queues(3000, prefix="a-spam")
+    assert asked() == few
