@@ -1,0 +1,91 @@
+"""Redacted values through the API (`DEADLETTER_REDACT`): masked with their length
+for a viewer, as they are for a holder of view_unredacted_queuedmessage, in rows,
+a message, the search and the archive."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import Permission, User
+from rest_framework.test import APIClient
+
+from deadletter.queue import archive
+from deadletter.wire import keys
+from tests.factories import park
+
+pytestmark = pytest.mark.django_db
+
+API = "/api/deadletter"
+VIEWER = ("view_queuedmessage", "view_archivedmessage")
+HOLDER = (*VIEWER, "view_unredacted_queuedmessage")
+EMAIL = "ada@example.com"
+CARD = "4111111111111111"
+
+
+@pytest.fixture(autouse=True)
+def redact(settings: Any) -> None:
+    settings.DEADLETTER_REDACT = {"billing.*": ["username", "fields[0]", "CeleryKwargs.email"]}
+
+
+def client_with(codenames: tuple[str, ...]) -> APIClient:
+    user = User.objects.create_user(f"user{len(codenames)}")
+    user.user_permissions.set(Permission.objects.filter(codename__in=codenames))
+    client = APIClient()
+    client.force_login(user)
+    return client
+
+
+def parked_refund(subject: str = "refund failed") -> bytes:
+    (key,) = park(
+        subject,
+        queue="billing.refunds",
+        username=EMAIL,
+        fields=[CARD, "12/30"],
+        extra={"CeleryKwargs": {"email": EMAIL, "amount": 12}},
+    )
+    return key
+
+
+def shown(body: dict[str, Any]) -> tuple[Any, ...]:
+    (msg,) = body["messages"]
+    return msg["username"], msg["fields"], msg["extra"]["CeleryKwargs"]["email"]
+
+
+MASKED = ("••• (15)", ["••• (16)", "12/30"], "••• (15)")
+PLAIN = (EMAIL, [CARD, "12/30"], EMAIL)
+
+
+@pytest.mark.parametrize(("codenames", "expected"), [(VIEWER, MASKED), (HOLDER, PLAIN)])
+def test_a_message_and_a_queues_rows(codenames: tuple[str, ...], expected: Any) -> None:
+    key = parked_refund()
+    api = client_with(codenames)
+    assert shown(api.get(f"{API}/messages/{keys.to_text(key)}/").json()) == expected
+    (row,) = api.get(f"{API}/queues/billing.refunds/messages/").json()["results"]
+    assert shown(row) == expected
+
+
+@pytest.mark.parametrize(("codenames", "expected"), [(VIEWER, MASKED), (HOLDER, PLAIN)])
+def test_an_archived_entry_and_the_archive_list(codenames: tuple[str, ...], expected: Any) -> None:
+    key = parked_refund()
+    archive.discard(key, actor="alice")
+    api = client_with(codenames)
+    assert shown(api.get(f"{API}/archive/{keys.to_text(key)}/").json()) == expected
+    (entry,) = api.get(f"{API}/archive/").json()["results"]
+    assert shown(entry) == expected
+
+
+def test_the_search_never_matches_a_redacted_value_for_a_viewer() -> None:
+    parked_refund()
+    park("ada wrote", queue="billing.refunds", username="someone")
+
+    def subjects(api: APIClient, q: str, path: str) -> list[str]:
+        results = api.get(path, {"q": q}).json()["results"]
+        return [row["messages"][0]["subject"] for row in results]
+
+    viewer, holder = client_with(VIEWER), client_with(HOLDER)
+    for path in (f"{API}/messages/", f"{API}/queues/billing.refunds/messages/"):
+        assert subjects(viewer, CARD, path) == []
+        assert subjects(holder, CARD, path) == ["refund failed"]
+        assert subjects(viewer, "ada", path) == ["ada wrote"]
+        assert subjects(holder, "ada", path) == ["refund failed", "ada wrote"]
