@@ -12,6 +12,7 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin import helpers
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
@@ -83,6 +84,13 @@ def within(
             messages.WARNING,
         )
     return kept
+
+
+def posted(request: HttpRequest) -> int | None:
+    """How many rows an action was posted for (None for "all matching")."""
+    if request.POST.get("select_across") == "1":
+        return None
+    return len(set(request.POST.getlist(helpers.ACTION_CHECKBOX_NAME)))
 
 
 class QueueAccessForm(forms.ModelForm):

@@ -6,7 +6,9 @@ Restore (the page's button and a bulk action) needs
 `deadletter.restore_archivedmessage` and goes through `archive.restore`, saying
 when a message got a fresh key; delete for good is Django's delete under
 `delete_archivedmessage`, in bounded chunks. Both are `LogEntry`s. Nothing is
-added or changed here.
+added or changed here. A user kept to some queues (`queue.access`) sees the
+entries of the queues they may view, restores where they may retry and deletes
+for good where they may delete.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ from django.utils.safestring import SafeString
 
 from deadletter import drain
 from deadletter.admin import archive_changelist, rows, timeline
+from deadletter.admin.access import posted, within
+from deadletter.admin.access import scope as scope_of
 from deadletter.admin.archive_changelist import ArchiveChangeList
 from deadletter.admin.bulk import CHUNK
 from deadletter.conf import conf
@@ -159,8 +163,15 @@ class ArchivedMessageAdmin(admin.ModelAdmin):
         is a 400 instead of reaching the database."""
         return lookup in archive_changelist.PARAMETERS
 
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        allowed = super().has_delete_permission(request, obj)
+        return allowed and (obj is None or scope_of(request).allows(obj.queue, "delete"))
+
     def get_queryset(self, request: HttpRequest) -> QuerySet[ArchivedMessage]:
-        return ArchivedMessage.objects.using(conf.DATABASE).order_by(*self.ordering)
+        """The entries of the queues the user may view (`admin.access`)."""
+        entries = ArchivedMessage.objects.using(conf.DATABASE).order_by(*self.ordering)
+        scope = scope_of(request)
+        return entries if scope.unrestricted else entries.filter(scope.queue_q("view"))
 
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return ArchiveChangeList
@@ -207,8 +218,11 @@ class ArchivedMessageAdmin(admin.ModelAdmin):
     def change_view(
         self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: Any = None
     ) -> Any:
+        entry = self.get_object(request, object_id)
+        queue = entry.queue if entry is not None else ""
         context = {
-            "has_restore_permission": self.has_restore_permission(request),
+            "has_restore_permission": self.has_restore_permission(request)
+            and scope_of(request).allows(queue, "retry"),
             **(extra_context or {}),
         }
         return super().change_view(request, object_id, form_url, context)
@@ -241,6 +255,8 @@ class ArchivedMessageAdmin(admin.ModelAdmin):
                 messages.WARNING,
             )
             return HttpResponseRedirect(reverse("admin:deadletter_archivedmessage_changelist"))
+        if not scope_of(request).allows(obj.queue, "retry"):
+            raise PermissionDenied
         if request.method != "POST":
             context = {
                 **self.admin_site.each_context(request),
@@ -284,7 +300,9 @@ class ArchivedMessageAdmin(admin.ModelAdmin):
     @admin.action(description="Restore selected archived messages", permissions=["restore"])
     def restore_selected(self, request: HttpRequest, queryset: QuerySet[ArchivedMessage]) -> None:
         """Each selected entry back in its queue (`archive.restore`, one transaction
-        each) until the admin's time budget is spent."""
+        each) until the admin's time budget is spent; only entries of queues the user
+        may retry in."""
+        queryset = within(self, request, queryset, "retry", chosen=posted(request))
         deadline = time.monotonic() + conf.ADMIN_TIME_BUDGET
         actor = request.user.get_username()
         done: list[str] = []
@@ -325,7 +343,9 @@ class ArchivedMessageAdmin(admin.ModelAdmin):
         self, request: HttpRequest, queryset: QuerySet[ArchivedMessage]
     ) -> TemplateResponse | None:
         """Delete the selection for good after a confirmation page naming a sample,
-        a chunk of ids at a time until the admin's time budget is spent."""
+        a chunk of ids at a time until the admin's time budget is spent; only entries
+        of queues the user may delete in."""
+        queryset = within(self, request, queryset, "delete", chosen=posted(request))
         if request.POST.get("post") == "yes":
             deadline = time.monotonic() + conf.ADMIN_TIME_BUDGET
             deleted, left = 0, False

@@ -5,7 +5,9 @@ Its filters lead to the first page (a cursor of one filter means nothing in
 another). The queue filter is an index range; it lists the archive's queues (one seek
 each) up to the live list's number, then takes a typed name. The reason and actor filters and
 the search look through a bounded window of entries a page (`archive_pages.WINDOW`),
-and the page says how far it looked when it stopped there.
+and the page says how far it looked when it stopped there. A user kept to some
+queues (`queue.access`) sees their entries only, and only those in the filter
+(the first `access.RESOLVE_LIMIT` of the archive's queue names are looked at).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from django.utils.translation import gettext
 
 from deadletter.admin.changelist import MAX_QUEUES_LISTED, Choice
 from deadletter.models import ArchivedMessage
-from deadletter.queue import archive_pages, search
+from deadletter.queue import access, archive_pages, search
 from deadletter.queue.archive_retention import archived_queues
 
 CURSOR = "cursor"
@@ -91,7 +93,12 @@ class QueueFilter(TypedFilter):
     help = f"More queues than the first {MAX_QUEUES_LISTED} listed by name: type one."
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        names = list(itertools.islice(archived_queues(), MAX_QUEUES_LISTED + 1))
+        scope = access.scope_of(request.user)
+        walked: Iterator[str] = archived_queues()
+        if not scope.unrestricted:
+            granted = itertools.islice(walked, access.RESOLVE_LIMIT)
+            walked = (name for name in granted if scope.allows(name))
+        names = list(itertools.islice(walked, MAX_QUEUES_LISTED + 1))
         self.typed = len(names) > MAX_QUEUES_LISTED
         return self.with_chosen([(name, name) for name in names[:MAX_QUEUES_LISTED]])
 
@@ -125,10 +132,12 @@ PARAMETERS = frozenset(spec.parameter_name for spec in FILTERS)
 
 
 def filters_of(request: HttpRequest) -> archive_pages.Filters:
-    """What the request's filters and search (`?q=`) ask for; `search.SearchError`
-    for a malformed search."""
+    """What the request's filters and search (`?q=`) ask for, within the queues the
+    user may view; `search.SearchError` for a malformed search."""
     text = request.GET.get(SEARCH_VAR, "").strip()
+    scope = access.scope_of(request.user)
     return archive_pages.Filters(
+        within=None if scope.unrestricted else scope.queue_q("view"),
         queue=request.GET.get(QueueFilter.parameter_name) or None,
         reason=request.GET.get(ReasonFilter.parameter_name) or None,
         actor=request.GET.get(ActorFilter.parameter_name) or None,

@@ -71,12 +71,15 @@ class Cursor:
 @dataclasses.dataclass(frozen=True, slots=True)
 class Filters:
     """What a page shows: entries of `queue` (indexed), of `reason`, by `actor`,
-    matching `query` (each looked for within `WINDOW`); None / empty: any."""
+    matching `query` (each looked for within `WINDOW`); None / empty: any.
+    `within`: a `Q` on the entry's key keeping the queues a user may view
+    (`queue.access.Scope.queue_q(field="key")`); None: every queue."""
 
     queue: str | None = None
     reason: str | None = None
     actor: str | None = None
     query: Query | None = None
+    within: Q | None = None
 
     @property
     def windowed(self) -> bool:
@@ -117,8 +120,10 @@ def _not_older_than(rows: QuerySet[ArchivedMessage], cursor: Cursor) -> QuerySet
 
 
 def scope(filters: Filters) -> QuerySet[ArchivedMessage]:
-    """The entries the indexed filter (the queue) leaves, unordered."""
+    """The entries the indexed filter (the queue) and the user's scope leave, unordered."""
     rows = ArchivedMessage.objects.using(conf.DATABASE).all()
+    if filters.within is not None:
+        rows = rows.filter(filters.within)
     return rows if filters.queue is None else rows.filter(queue=filters.queue)
 
 
