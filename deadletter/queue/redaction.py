@@ -29,6 +29,7 @@ __all__ = [
     "MASK",
     "PERMISSION",
     "RedactionError",
+    "applies",
     "mask",
     "name_problem",
     "redacted",
@@ -176,6 +177,13 @@ def _names_of(queue: str, msg: Message | None) -> tuple[Name, ...]:
         _by_queue.clear()
     _by_queue[queue] = found
     return found
+
+
+def applies(queue: str) -> bool:
+    """Whether anything of `queue` may be redacted (always with a callable, which
+    decides per message)."""
+    rules = _setting()
+    return rules is not None and (callable(rules) or bool(_names_of(queue, None)))
 
 
 def redacted_names(queue: str, msg: Message) -> list[str]:

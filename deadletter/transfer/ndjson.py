@@ -43,7 +43,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 
 from deadletter.conf import conf
 from deadletter.exceptions import DeadletterError
-from deadletter.queue import age, browse, search
+from deadletter.queue import age, browse, redaction, search
 from deadletter.store import scans, sql
 from deadletter.wire import codec, keys
 from deadletter.wire.gotime import GoOnlyTime, GoTime
@@ -117,10 +117,14 @@ def dump(
     *,
     query: search.Query | None = None,
     on_row: Callable[[int], None] | None = None,
+    redact: bool = False,
 ) -> int:
     """Write every row of `queues` (all when None) to `out` in key order, one line
     each, only those `query` matches when it is given; returns the number of
-    lines. Reads a page of rows at a time."""
+    lines. Reads a page of rows at a time. A dump keeps every value (it is for
+    reproducing a failure); `redact` masks what `DEADLETTER_REDACT` names, as for a
+    user who may not see it (the search too), and leaves out the corrupt rows of
+    the queues it applies to, whose bytes could hold anything."""
     connection = sql.connection()
     written = 0
     with _without_mmap(connection):
@@ -129,10 +133,16 @@ def dump(
             rows = (
                 sql.iter_range(connection, sql.table(), low, high, BATCH)
                 if not query
-                else search.iter_matching_rows(query, queue=name, first_batch=BATCH)
+                else search.iter_matching_rows(
+                    query, queue=name, first_batch=BATCH, reveal=not redact
+                )
             )
+            masked = redact and redaction.applies(name)
             for key, value in rows:
-                out.write(row_line(key, value))
+                line = _row_line(key, value, masked)
+                if line is None:
+                    continue
+                out.write(line)
                 written += 1
                 if on_row is not None:
                     on_row(1)
@@ -154,10 +164,23 @@ def _without_mmap(connection: BaseDatabaseWrapper) -> Iterator[None]:
 
 def row_line(key: bytes, value: bytes) -> str:
     """One row as its NDJSON line (with the newline)."""
-    head: dict[str, Any] = {"key": keys.to_text(key), "queue": keys.queue_of(key)}
+    line = _row_line(key, value, False)
+    assert line is not None  # only a redacted corrupt row has none
+    return line
+
+
+def _row_line(key: bytes, value: bytes, redact: bool) -> str | None:
+    """`row_line`; `redact`: its redacted values masked (`queue.redaction`), None
+    for a corrupt row (nothing to mask its bytes by)."""
+    queue = keys.queue_of(key)
+    head: dict[str, Any] = {"key": keys.to_text(key), "queue": queue}
     try:
         msgs = codec.decode(value)
+        if redact:
+            msgs = redaction.redacted_all(msgs, queue, reveal=False)
     except codec.CodecError as exc:
+        if redact:
+            return None
         head["corrupt"] = str(exc)
         head["value"] = {"$bytes": base64.b64encode(value).decode("ascii")}
     else:

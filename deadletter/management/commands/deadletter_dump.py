@@ -1,6 +1,6 @@
-"""`manage.py deadletter_dump [--queue NAME ...] [--search S] [-o FILE]`: every message
-(or those a search matches) as NDJSON (`deadletter.transfer.ndjson`), to reproduce
-a failure elsewhere."""
+"""`manage.py deadletter_dump [--queue NAME ...] [--search S] [--redact] [-o FILE]`:
+every message (or those a search matches) as NDJSON (`deadletter.transfer.ndjson`),
+to reproduce a failure elsewhere; values DEADLETTER_REDACT names kept unless `--redact`."""
 
 from __future__ import annotations
 
@@ -37,6 +37,13 @@ class Command(DatabaseCommand):
             '"phrases", subject:, user:, error:, code:, cause:, key:, after:, before:, '
             "NAME:value).",
         )
+        parser.add_argument(
+            "--redact",
+            action="store_true",
+            help="Mask what DEADLETTER_REDACT names, as the admin does for a user who may "
+            "not see it (and leave out the corrupt rows of those queues); by default a "
+            "dump keeps every value, to reproduce a failure.",
+        )
         add_progress_argument(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -46,12 +53,13 @@ class Command(DatabaseCommand):
         except search.SearchError as exc:
             raise CommandError(f"--search: {exc}") from exc
         self.query = query
+        self.redact = bool(options["redact"])
         try:
             require_known_queues(queues)
             if path is None:
                 # The bar goes to stderr; stdout carries nothing but the dump.
                 with self._bar(queues, options["progress"]) as tick:
-                    ndjson.dump(self.stdout, queues, query=query, on_row=tick)
+                    ndjson.dump(self.stdout, queues, query=query, on_row=tick, redact=self.redact)
                 return
             written = self._to_file(path, queues, options["progress"])
         except OSError as exc:
@@ -71,7 +79,9 @@ class Command(DatabaseCommand):
                 os.fdopen(fd, "w", encoding="utf-8", newline="\n") as out,
                 self._bar(queues, enabled) as tick,
             ):
-                written = ndjson.dump(out, queues, query=self.query, on_row=tick)
+                written = ndjson.dump(
+                    out, queues, query=self.query, on_row=tick, redact=self.redact
+                )
             os.replace(temp, path)
         except BaseException:
             os.unlink(temp)
