@@ -3,7 +3,8 @@
 Acknowledge, Resolve and Mute for… (each a `LogEntry` on the cause), a link to the
 queued messages of the cause and one to plan a redrive of them.
 
-Viewing needs Django's `view_cause`, acting and editing `change_cause`; causes are
+A user kept to some queues (`queue.access`) sees the causes of the queues they
+may view only. Viewing needs Django's `view_cause`, acting and editing `change_cause`; causes are
 made by failures only, never added or deleted here. The change page edits the
 owner and the note and nothing else: the figures are the writers' (`note_failure`
 adds to them meanwhile, so a save writes those two columns only).
@@ -27,7 +28,7 @@ from django.utils.http import urlencode
 
 from deadletter.admin import redrives
 from deadletter.models import Cause
-from deadletter.queue import incidents, search
+from deadletter.queue import access, incidents, search
 
 TEMPLATES = "admin/deadletter/cause"
 # Queues the queue filter lists (a DISTINCT over the causes' (queue, ...) index:
@@ -36,6 +37,16 @@ MAX_QUEUES_LISTED = 100
 SIGNATURE_SHOWN = 80
 REDRIVE = "redrive_link"
 MUTE_FOR = {"hour": timedelta(hours=1), "day": timedelta(days=1), "week": timedelta(weeks=1)}
+
+
+def granted(request: HttpRequest, causes: QuerySet[Cause]) -> QuerySet[Cause]:
+    """The causes of the queues the user may view (`queue.access`): the table holds
+    one row per queue and signature, so its distinct queues are read and judged."""
+    scope = access.scope_of(request.user)
+    if scope.unrestricted:
+        return causes
+    names = causes.order_by("queue").values_list("queue", flat=True).distinct()
+    return causes.filter(queue__in=scope.names_filter(names))
 
 
 class QueueFilter(admin.SimpleListFilter):
@@ -48,7 +59,7 @@ class QueueFilter(admin.SimpleListFilter):
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
         names = list(
-            incidents.causes()
+            granted(request, incidents.causes())
             .order_by("queue")
             .values_list("queue", flat=True)
             .distinct()[:MAX_QUEUES_LISTED]
@@ -181,7 +192,7 @@ class CauseAdmin(admin.ModelAdmin):
         return False
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Cause]:
-        return incidents.causes().order_by(*self.ordering)
+        return granted(request, incidents.causes()).order_by(*self.ordering)
 
     def save_model(self, request: HttpRequest, obj: Cause, form: Any, change: bool) -> None:
         """Owner and note only: the counts move under the writers meanwhile."""

@@ -7,6 +7,8 @@ The admin only plans and cancels (`drain.redrives`); the drain service
 redrive, and the counts it writes as it goes are what the pages show. Planning
 and cancelling need `deadletter.redrive_queuedmessage` (403 otherwise, and no
 link or button); each is a `LogEntry` in the redrive's History naming the user.
+A user kept to some queues (`queue.access`) lists the redrives of the queues they
+may view, and plans (from and into) and cancels where they may redrive.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from django.utils.http import urlencode
 from deadletter.conf import conf
 from deadletter.drain.redrives import CANCELLABLE, RedriveError, cancel_redrive, plan_redrive
 from deadletter.models import Redrive
-from deadletter.queue import search
+from deadletter.queue import access, search
 from deadletter.wire import keys
 
 PERMISSION = "deadletter.redrive_queuedmessage"
@@ -51,6 +53,8 @@ def plan_link(request: HttpRequest) -> str | None:
     text = request.GET.get(LIST_SEARCH, "").strip()
     cause = request.GET.get(LIST_CAUSE, "")
     if not may_redrive(request) or not (queue or text or cause):
+        return None
+    if queue and not access.scope_of(request.user).allows(queue, "redrive"):
         return None
     if cause:
         text = f"{text} cause:{search.quote(cause)}".strip()
@@ -212,7 +216,14 @@ class RedriveAdmin(admin.ModelAdmin):
         return may_redrive(request)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Redrive]:
-        return Redrive.objects.using(conf.DATABASE).all()
+        """The redrives of the queues the user may view (`queue.access`): the table
+        holds one row a redrive, so its distinct queues are few."""
+        found = Redrive.objects.using(conf.DATABASE).all()
+        scope = access.scope_of(request.user)
+        if scope.unrestricted:
+            return found
+        names = found.order_by("queue").values_list("queue", flat=True).distinct()
+        return found.filter(queue__in=scope.names_filter(names))
 
     def get_urls(self) -> list[URLPattern]:
         wrap = self.admin_site.admin_view
@@ -234,7 +245,12 @@ class RedriveAdmin(admin.ModelAdmin):
         self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: Any = None
     ) -> Any:
         obj = self.get_object(request, unquote(object_id))
-        cancellable = obj is not None and obj.status in CANCELLABLE and may_redrive(request)
+        cancellable = (
+            obj is not None
+            and obj.status in CANCELLABLE
+            and may_redrive(request)
+            and access.scope_of(request.user).allows(obj.queue, "redrive")
+        )
         context = {"cancellable": cancellable, **(extra_context or {})}
         return super().change_view(request, object_id, form_url, context)
 
@@ -252,6 +268,8 @@ class RedriveAdmin(admin.ModelAdmin):
         pressed = request.method == "POST" and "_redrive" in request.POST
         # "Redrive" plans only the filter whose count the page showed.
         recounted = pressed and request.POST.get("counted") != counted_mark(data)
+        if form.is_valid():
+            refuse_foreign(request, form)
         if form.is_valid():
             confirmed = pressed and not recounted
             try:
@@ -291,6 +309,8 @@ class RedriveAdmin(admin.ModelAdmin):
         obj = self.get_object(request, unquote(object_id))
         if obj is None:
             raise Http404(f"No redrive {object_id}.")
+        if not access.scope_of(request.user).allows(obj.queue, "redrive"):
+            raise PermissionDenied
         change_url = reverse("admin:deadletter_redrive_change", args=[obj.pk])
         if request.method == "POST":
             self._cancel(request, [obj])
@@ -303,7 +323,17 @@ class RedriveAdmin(admin.ModelAdmin):
     def cancel_selected(
         self, request: HttpRequest, queryset: QuerySet[Redrive]
     ) -> TemplateResponse | None:
-        chosen = list(queryset)
+        scope = access.scope_of(request.user)
+        chosen = [redrive for redrive in queryset if scope.allows(redrive.queue, "redrive")]
+        if len(chosen) < len(queryset):
+            self.message_user(
+                request,
+                f"{len(queryset) - len(chosen)} selected redrive(s) are of queues where you "
+                "may not redrive: left alone.",
+                messages.WARNING,
+            )
+        if not chosen:
+            return None
         if request.POST.get("post") == "yes":
             self._cancel(request, chosen)
             return None
@@ -406,6 +436,16 @@ def counted_mark(data: Any) -> str:
     before it is planned (Enter in the search box presses "Redrive")."""
     shown = [data.get(name, "") for name in FILTER_FIELDS]
     return hashlib.sha256(json.dumps(shown).encode()).hexdigest()
+
+
+def refuse_foreign(request: HttpRequest, form: RedriveForm) -> None:
+    """A form error for a queue (or a destination) the user may not redrive: the
+    plan is not counted, so it says nothing of the queue's messages."""
+    scope = access.scope_of(request.user)
+    for field in ("queue", "destination"):
+        name = form.cleaned_data.get(field)
+        if name and not scope.allows(name, "redrive"):
+            form.add_error(field, "You may not redrive messages of this queue.")
 
 
 def _fieldsets(form: RedriveForm) -> helpers.AdminForm:
