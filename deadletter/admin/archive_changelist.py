@@ -27,6 +27,7 @@ from deadletter.admin.changelist import MAX_QUEUES_LISTED, Choice
 from deadletter.models import ArchivedMessage
 from deadletter.queue import access, archive_pages, search
 from deadletter.queue.archive_retention import archived_queues
+from deadletter.queue.redaction import reveals
 
 CURSOR = "cursor"
 
@@ -142,6 +143,7 @@ def filters_of(request: HttpRequest) -> archive_pages.Filters:
         reason=request.GET.get(ReasonFilter.parameter_name) or None,
         actor=request.GET.get(ActorFilter.parameter_name) or None,
         query=search.parse(text) if text else None,
+        reveal=reveals(request.user),
     )
 
 

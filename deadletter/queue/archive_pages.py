@@ -22,7 +22,7 @@ from django.db.models import Q, QuerySet
 
 from deadletter.conf import conf
 from deadletter.models import ArchivedMessage
-from deadletter.queue import browse
+from deadletter.queue import browse, redaction
 from deadletter.queue.search import Query
 from deadletter.wire import codec
 from deadletter.wire.messages import Message
@@ -73,13 +73,15 @@ class Filters:
     """What a page shows: entries of `queue` (indexed), of `reason`, by `actor`,
     matching `query` (each looked for within `WINDOW`); None / empty: any.
     `within`: a `Q` on the entry's key keeping the queues a user may view
-    (`queue.access.Scope.queue_q(field="key")`); None: every queue."""
+    (`queue.access.Scope.queue_q(field="key")`); None: every queue. `reveal` False:
+    the search looks at the messages with their redacted values masked."""
 
     queue: str | None = None
     reason: str | None = None
     actor: str | None = None
     query: Query | None = None
     within: Q | None = None
+    reveal: bool = True
 
     @property
     def windowed(self) -> bool:
@@ -170,11 +172,16 @@ def page(filters: Filters, cursor: Cursor | None = None, size: int = 50) -> Page
         if len(found) > size:
             return Page(found[:size], Cursor.of(found[size - 1]), looked)
         return Page(found, None if edge is None else Cursor(*edge), looked, edge is not None)
-    return _searched(candidates, filters.query, size, None if edge is None else Cursor(*edge))
+    stop = None if edge is None else Cursor(*edge)
+    return _searched(candidates, filters.query, size, stop, filters.reveal)
 
 
 def _searched(
-    candidates: QuerySet[ArchivedMessage], query: Query, size: int, edge: Cursor | None
+    candidates: QuerySet[ArchivedMessage],
+    query: Query,
+    size: int,
+    edge: Cursor | None,
+    reveal: bool,
 ) -> Page:
     """The first `size` candidates whose decoded message `query` matches, read in
     batches, for at most `SEARCH_SECONDS`."""
@@ -185,7 +192,10 @@ def _searched(
     for entry in _batches(candidates):
         looked += 1
         last = Cursor.of(entry)
-        if query.matches(bytes(entry.key), _messages(entry), entry.signature):
+        msgs = _messages(entry)
+        if msgs and not reveal:
+            msgs = redaction.redacted_all(msgs, entry.queue, reveal=False)
+        if query.matches(bytes(entry.key), msgs, entry.signature):
             if len(found) == size:
                 return Page(found, Cursor.of(found[-1]), looked)
             found.append(entry)

@@ -140,3 +140,15 @@ def test_a_holder_edits_a_redacted_field() -> None:
     page.press(holder, form, "Save", username="bob@example.com")
     [(_, value)] = table_rows()
     assert codec.decode(value)[0].username == "bob@example.com"
+
+
+def test_the_archive_search_never_matches_a_redacted_value_for_a_viewer() -> None:
+    archive.discard(parked_refund(), actor="alice")
+    viewer, holder = client_with(VIEWER), client_with(HOLDER)
+
+    def found(client: Client) -> int:
+        page = open_page(client, ARCHIVE, q=CARD)
+        return len({h for h in page.links_under(ARCHIVE) if urlsplit(h).path.endswith("/change/")})
+
+    assert found(viewer) == 0
+    assert found(holder) == 1
