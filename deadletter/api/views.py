@@ -8,7 +8,6 @@ keeps the model permission and `DEADLETTER_API_QUEUES` alone."""
 
 from __future__ import annotations
 
-import itertools
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -254,12 +253,9 @@ def _granted_keys(
     """A page of the search over the queues `granted` lets the user see, queue by
     queue in key order (the same order as over every queue), and whether more follow."""
     found: list[bytes] = []
-    start = None if after is None else keys.queue_of(after)
-    names = _names_after(granted, start)
-    if start is not None and granted.allows(start):
-        names = itertools.chain([start], names)
-    for name in names:
-        within = after if name == start else None
+    prefix = None if after is None else keys.prefix_of(after)
+    for name in _granted_from(granted, prefix):
+        within = after if name.encode("utf-8") == prefix else None
         page, _ = search.keys_page(
             query, queue=name, after_key=within, size=limit + 1 - len(found), reveal=reveal
         )
@@ -269,11 +265,24 @@ def _granted_keys(
     return found, False
 
 
-def _names_after(granted: Scope, name: str | None) -> Iterator[str]:
-    """The queues holding a row that `granted` lets the user see, sorting after `name`."""
+def _granted_from(granted: Scope, prefix: bytes | None) -> Iterator[str]:
+    """The queues holding a row that `granted` lets the user see, in key order from
+    the queue part `prefix` of a key on (the first when None). A cursor's key may
+    name no queue (empty, too long, not UTF-8): the walk then starts from the longest
+    queue name it begins with and skips what sorts before it."""
+    name: str | None = None
+    if prefix is not None:
+        head = prefix[: keys.MAX_QUEUE_NAME_BYTES]
+        try:
+            name = head.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            name = head[: exc.start].decode("utf-8")
+        name = name or None
+        if name is not None and name.encode("utf-8") == prefix and granted.allows(name):
+            yield name
     while True:
         page = granted.granted_names(_NAMES_PAGE, after=name)
-        yield from page
+        yield from (found for found in page if prefix is None or found.encode("utf-8") > prefix)
         if len(page) < _NAMES_PAGE:
             return
         name = page[-1]

@@ -275,3 +275,20 @@ def test_the_granted_queue_list_and_search_ask_the_same_statements_at_3000_other
     park_one_row_queues(3000, prefix="billingz")
     park_one_row_queues(3000, prefix="a-spam")
     assert asked() == few
+
+
+@pytest.mark.parametrize(
+    ("after", "expected"),
+    [
+        (b"\x00", ["billing.invoices", "billing.refunds"]),
+        (b"billing.j" * 40, ["billing.refunds"]),
+        (b"billing.j\xff", ["billing.refunds"]),
+        (b"billing.\xc3", []),
+        (b"billing.invoices\x00\xff", ["billing.refunds"]),
+    ],
+)
+def test_a_search_cursor_naming_no_granted_queue_goes_on_after_it(
+    billing, rows, after: bytes, expected: list[str]
+) -> None:
+    found = billing.get(f"{API}/messages/", {"after": after.hex()})
+    assert queues_of(found) == expected
