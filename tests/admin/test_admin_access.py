@@ -14,6 +14,7 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
+from deadletter.admin import QueuedMessageAdmin
 from deadletter.drain.redrives import plan_redrive
 from deadletter.models import ArchivedMessage, QueueAccess, Redrive
 from deadletter.queue import access, fetch_failed_msgs, store_failed_msgs
@@ -261,3 +262,15 @@ def test_the_rules_admin_wants_one_holder_and_a_pattern(admin_client: Client) ->
     assert "group billing" in listing.text and "billing.*" in listing.text
     admin_client.post(f"{RULES}{rule.pk}/delete/", {"post": "yes"})
     assert not QueueAccess.objects.exists()
+
+
+def test_pages_go_from_one_granted_range_to_the_next(
+    billing: Client, rows: Any, monkeypatch: Any
+) -> None:
+    monkeypatch.setattr(QueuedMessageAdmin, "list_per_page", 2)
+    first = open_page(billing, CHANGELIST)
+    assert subjects(first) == {"bill-cards", "bill-refunds"}
+    second = open_page(billing, first.link("next ›"))
+    assert subjects(second) == {"mail-1"}
+    back = open_page(billing, second.link("‹ previous"))
+    assert subjects(back) == {"bill-cards", "bill-refunds"}
