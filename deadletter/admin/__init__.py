@@ -273,7 +273,7 @@ class QueuedMessageAdmin(admin.ModelAdmin):
         """Hand the selected rows to their handlers with a drain's rules (at least
         once; a drain running on the same SQLite queue makes this refuse), a
         chunk at a time until the admin's time budget is spent."""
-        queryset = access.within(self, request, queryset, "retry", chosen=_chosen(request))
+        queryset = access.within(self, request, queryset, "retry", chosen=access.posted(request))
         try:
             progress = bulk.retry(
                 queryset,
@@ -301,7 +301,7 @@ class QueuedMessageAdmin(admin.ModelAdmin):
     ) -> TemplateResponse | None:
         """Delete the selection through `queue.dequeue` after a confirmation page
         that names the rows (or, for "all matching", the filter and a sample)."""
-        queryset = access.within(self, request, queryset, "delete", chosen=_chosen(request))
+        queryset = access.within(self, request, queryset, "delete", chosen=access.posted(request))
         if request.POST.get("post") == "yes":
             progress = bulk.delete(
                 queryset,
@@ -485,13 +485,6 @@ RETRY_OUTCOMES = {
     drain.Outcome.EXPIRED: "dropped (expired)",
     drain.Outcome.CORRUPT: "dropped (corrupt)",
 }
-
-
-def _chosen(request: HttpRequest) -> int | None:
-    """How many keys an action was posted (None for "all matching")."""
-    if request.POST.get("select_across") == "1":
-        return None
-    return len(set(request.POST.getlist(helpers.ACTION_CHECKBOX_NAME)))
 
 
 def _queues_of(texts: list[str]) -> list[str]:
