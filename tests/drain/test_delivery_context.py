@@ -9,6 +9,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from django.contrib.auth.models import User
+from rest_framework.test import APIClient
 
 from deadletter import PermanentFailure, drain
 from deadletter.checks import check_handlers
@@ -162,6 +164,17 @@ def test_a_second_parameter_with_a_default_gets_the_context(settings: Any) -> No
     run()
     (ctx,) = seen
     assert ctx.key == key.hex()
+
+
+@pytest.mark.parametrize("reserved", [ORIGIN_KEY, "Traceparent"])
+def test_the_api_refuses_a_message_carrying_an_origin_or_a_trace(reserved: str) -> None:
+    client = APIClient()
+    client.force_login(User.objects.create_superuser("root"))
+    body = {"subject": "forged", "extra": {reserved: "710018ed7ad9445d2850385567bca3be5f10"}}
+    response = client.post("/api/deadletter/queues/q/messages/", body, format="json")
+    assert response.status_code == 400
+    assert f"{reserved!r} reserved by deadletter" in str(response.json()["extra"])
+    assert parked() == []
 
 
 def test_check_reports_a_handler_with_three_required_parameters(settings: Any) -> None:

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import cbor2
 import pytest
 
 pytest.importorskip("opentelemetry.sdk")
@@ -21,8 +22,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
 
 from deadletter.drain import DeliveryContext, Drainer, DrainOptions
 from deadletter.queue import seals, store_failed_msgs, tracing
+from deadletter.wire import codec
 from deadletter.wire.messages import Message
-from tests.factories import parked_messages
+from tests.factories import parked_messages, table_rows
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -79,6 +81,15 @@ def test_a_park_inside_a_span_stores_its_traceparent() -> None:
     assert msg.extra[tracing.TRACEPARENT_KEY] == (
         f"00-{parked_in.trace_id:032x}-{parked_in.span_id:016x}-{parked_in.trace_flags:02x}"
     )
+
+
+def test_the_traceparent_is_a_text_key_after_gos_fields_and_round_trips() -> None:
+    park_in_span()
+    ((_, value),) = table_rows()
+    (wire,) = cbor2.loads(value)
+    assert list(wire)[-1] == tracing.TRACEPARENT_KEY
+    assert isinstance(wire[tracing.TRACEPARENT_KEY], str)
+    assert codec.encode_one(codec.decode_single(value)) == value  # type: ignore[arg-type]
 
 
 def test_a_park_outside_any_span_stores_nothing() -> None:
