@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 from django.core.management import call_command
 
-from tests.factories import insert, park
+from deadletter.models import QueuedMessage
+from tests.factories import insert, park, parked_messages
 
 pytestmark = pytest.mark.django_db
 
@@ -61,3 +62,13 @@ def test_redact_leaves_out_the_corrupt_rows_of_a_redacted_queue() -> None:
     insert(b"mail\x00" + bytes(16), b"corrupted cbor data")
     assert [line["queue"] for line in dumped()] == ["billing.refunds", "mail"]
     assert [(line["queue"], "corrupt" in line) for line in dumped("--redact")] == [("mail", True)]
+
+
+def test_a_redacted_dump_loads_back_masked(tmp_path: Any) -> None:
+    parked_refund()
+    path = tmp_path / "dump.ndjson"
+    dumped("--redact", "-o", str(path))
+    QueuedMessage.objects.all().delete()
+    call_command("deadletter_load", str(path), stdout=StringIO())
+    assert sorted(m.username for m in parked_messages("billing.refunds")) == ["••• (15)"]
+    assert [m.username for m in parked_messages("mail")] == [EMAIL]
