@@ -18,7 +18,7 @@ from rest_framework.response import Response
 
 from deadletter.api.fields import ExtraField, Int64Field, TextField, TimeField, format_time
 from deadletter.api.serializers import ErrorSerializer, RowSerializer, viewer
-from deadletter.queue import edits, limits
+from deadletter.queue import edits, limits, redaction
 from deadletter.wire import jsonvalues, keys
 from deadletter.wire.gotime import GoOnlyTime, GoTime
 from deadletter.wire.messages import Message
@@ -161,6 +161,7 @@ def patch(request: Request, key: bytes) -> Response:
         raise exceptions.ValidationError({"key": [str(exc)]}) from None
     given = MessageEditSerializer(data=request.data)
     given.is_valid(raise_exception=True)
+    _refuse_redacted(msg, queue, dict(given.validated_data), request)
     try:
         done = edits.edit_msg(
             key, edited(msg, dict(given.validated_data)), expected=etag, actor=_actor(request)
@@ -178,6 +179,27 @@ def patch(request: Request, key: bytes) -> Response:
     data = dict(RowSerializer(row, context=viewer(request)).data)
     data["changed"] = ChangeSerializer(done.changes, many=True).data
     return Response(data, headers={"ETag": quoted(etag)})
+
+
+def _refuse_redacted(msg: Message, queue: str, given: dict[str, Any], request: Request) -> None:
+    """403 for a change to a value the user may not see (`queue.redaction`): they may
+    not overwrite it either, as in the admin's form."""
+    shown = redaction.redacted(msg, queue, reveal=redaction.reveals(request.user))
+    if shown is msg:
+        return
+    hidden = [
+        name for name in given if name != "extra" and getattr(shown, name) != getattr(msg, name)
+    ]
+    hidden += [
+        f"extra.{name}"
+        for name in given.get("extra", {})
+        if name in msg.extra and shown.extra[name] != msg.extra[name]
+    ]
+    if hidden:
+        raise exceptions.PermissionDenied(
+            f"Redacted (DEADLETTER_REDACT): {', '.join(hidden)}; changing a value needs the "
+            "view_unredacted_queuedmessage permission."
+        )
 
 
 def _actor(request: Request) -> str:

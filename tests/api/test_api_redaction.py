@@ -25,7 +25,9 @@ CARD = "4111111111111111"
 
 @pytest.fixture(autouse=True)
 def redact(settings: Any) -> None:
-    settings.DEADLETTER_REDACT = {"billing.*": ["username", "fields[0]", "CeleryKwargs.email"]}
+    settings.DEADLETTER_REDACT = {
+        "billing.*": ["username", "fields[0]", "CeleryKwargs.email", "card_number"]
+    }
 
 
 def client_with(codenames: tuple[str, ...]) -> APIClient:
@@ -42,7 +44,7 @@ def parked_refund(subject: str = "refund failed") -> bytes:
         queue="billing.refunds",
         username=EMAIL,
         fields=[CARD, "12/30"],
-        extra={"CeleryKwargs": {"email": EMAIL, "amount": 12}},
+        extra={"CeleryKwargs": {"email": EMAIL, "amount": 12}, "card_number": CARD},
     )
     return key
 
@@ -89,3 +91,25 @@ def test_the_search_never_matches_a_redacted_value_for_a_viewer() -> None:
         assert subjects(holder, CARD, path) == ["refund failed"]
         assert subjects(viewer, "ada", path) == ["ada wrote"]
         assert subjects(holder, "ada", path) == ["refund failed", "ada wrote"]
+
+
+@pytest.mark.parametrize(
+    "change", [{"username": "mallory"}, {"fields": ["x"]}, {"extra": {"card_number": "4000"}}]
+)
+def test_an_edit_of_a_redacted_value_is_refused_to_a_viewer(settings: Any, change: Any) -> None:
+    settings.DEADLETTER_HANDLERS = {
+        "billing.refunds": {"handler": "tests.factories.ok_handler", "editable": True}
+    }
+    key = parked_refund()
+    url = f"{API}/messages/{keys.to_text(key)}/"
+    viewer = client_with((*VIEWER, "change_queuedmessage"))
+    holder = client_with((*HOLDER, "change_queuedmessage"))
+    etag = viewer.get(url)["ETag"]
+    refused = viewer.patch(url, change, format="json", HTTP_IF_MATCH=etag)
+    assert refused.status_code == 403
+    assert "Redacted" in refused.json()["detail"]
+    allowed = viewer.patch(url, {"subject": "retried"}, format="json", HTTP_IF_MATCH=etag)
+    assert allowed.status_code == 200
+    assert shown(allowed.json()) == MASKED
+    etag = holder.get(url)["ETag"]
+    assert holder.patch(url, change, format="json", HTTP_IF_MATCH=etag).status_code == 200
