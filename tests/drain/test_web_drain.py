@@ -176,21 +176,22 @@ class DeleteProbe:
     """A database execute wrapper (Django's hook for instrumentation) that parks
     from another process as soon as a queue row's delete has committed: right
     after a DELETE run outside any transaction, or once the transaction it ran in
-    commits (the archive's entry and the delete are one), unless that transaction
-    is nested in another (a SAVEPOINT came first: the request's own), when it parks
-    at once and, on SQLite, is locked out."""
+    commits (an archive entry and its delete are one). A park made while the
+    request still held SQLite's write lock would be locked out. `deletes` is how
+    many rows' deletes had run when it parked."""
 
     def __init__(self, env: dict[str, str], tmp: Path) -> None:
         self.env, self.tmp = env, tmp
-        self.nested = False
+        self.deletes = 0
+        self.parked_after: int | None = None
         self.parks: list[str | None] = []
 
     def __call__(self, execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
         result = execute(sql, params, many, context)
         statement = sql.lstrip().upper()
-        self.nested = self.nested or statement.startswith("SAVEPOINT")
         if statement.startswith("DELETE") and QueuedMessage._meta.db_table in sql:
-            if connection.in_atomic_block and not self.nested:
+            self.deletes += 1
+            if connection.in_atomic_block:
                 connection.on_commit(self.park)
             else:
                 self.park()
@@ -198,6 +199,7 @@ class DeleteProbe:
 
     def park(self) -> None:
         if not self.parks:
+            self.parked_after = self.deletes
             self.parks.append(web_harness.park_elsewhere(self.env, self.tmp, "elsewhere", "x"))
 
 
@@ -241,6 +243,9 @@ def test_bulk_deletes_from_the_admin_commit_each_row_on_its_own(
     with connection.execute_wrapper(probe):
         run(admin)
     assert probe.parks == [None]
+    # Deletes of several statements (the purge's, one a row) commit one by one:
+    # the park came between them, not after the request.
+    assert probe.deletes == 1 or (probe.parked_after or probe.deletes) < probe.deletes
     assert parked("gone") == []
 
 
