@@ -189,7 +189,8 @@ class DeleteProbe:
     def __call__(self, execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
         result = execute(sql, params, many, context)
         statement = sql.lstrip().upper()
-        if statement.startswith("DELETE") and QueuedMessage._meta.db_table in sql:
+        deletes_rows = "WHERE 0" not in statement  # not SQLite's write-lock statement
+        if statement.startswith("DELETE") and QueuedMessage._meta.db_table in sql and deletes_rows:
             self.deletes += 1
             if connection.in_atomic_block:
                 connection.on_commit(self.park)
