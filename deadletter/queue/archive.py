@@ -28,6 +28,7 @@ from deadletter.queue import archive_write
 from deadletter.queue.api import Removal, dequeue, remove_msg
 from deadletter.queue.archive_retention import archived_counts, purge
 from deadletter.queue.archive_write import archive_rows, enabled, last_error_of
+from deadletter.queue.moves import with_origin
 from deadletter.queue.rows import delete_sql, insert_value
 from deadletter.store import reconnect, sql
 from deadletter.wire import codec, keys
@@ -281,6 +282,7 @@ def restore(entry_id: int, *, actor: str) -> Restored:
         moved = new_key != old_key
         if moved:
             _copy_attempts(old_key, new_key)
+            value = _keep_origin(connection, new_key, value, old_key)
         _entries().filter(id=entry_id).delete()
         if signals.message_enqueued.receivers:
             msg = codec.decode_single(value) if value else None
@@ -325,6 +327,19 @@ def _take_back(
         (value, signature, key),
     )
     return True
+
+
+def _keep_origin(connection: Any, key: bytes, value: bytes, first_key: bytes) -> bytes:
+    """A message restored under a fresh key keeps the key it had first in `Origin`
+    (`moves.with_origin`), so a handler's idempotency key (`ctx.key`) stays the same."""
+    kept = with_origin(value, first_key)
+    if kept != value:
+        sql.write(
+            connection,
+            sql.statement(connection, "UPDATE {table} SET value = %s WHERE {key} = %s"),
+            (kept, key),
+        )
+    return kept
 
 
 def _copy_attempts(old_key: bytes, new_key: bytes) -> None:

@@ -132,6 +132,8 @@ def test_restore_when_the_key_is_taken_goes_to_the_tail_under_a_fresh_key(caplog
         "E: one"
     ]
     assert Attempt.objects.filter(key=key).count() == 1  # the live row keeps its own
+    restored_value = dict(table_rows())[restored.key]
+    assert codec.decode(restored_value)[0].extra["Origin"] == key.hex()  # ctx.key stays
     with pytest.raises(ArchiveError):
         archive.restore(entry.id, actor="hal")
 
