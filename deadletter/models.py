@@ -519,7 +519,10 @@ class QueueAccess(models.Model):
     view = models.BooleanField(default=True)
     retry = models.BooleanField(default=False)
     edit = models.BooleanField(default=False)
-    delete = models.BooleanField(default=False)
+    # Named as the action it grants, so this field hides `Model.delete()` on an
+    # instance: a rule is deleted through a queryset (the admin does), and a user's
+    # or a group's deletion cascades through one.
+    delete = models.BooleanField(default=False)  # type: ignore[assignment]
     redrive = models.BooleanField(default=False)
 
     class Meta:
