@@ -309,6 +309,10 @@ class Redrive(models.Model):
     stop_after = models.FloatField(null=True, blank=True)
     ignore_backoff = models.BooleanField(default=False)
     concurrency = models.PositiveIntegerField(default=1)
+    # Whether its search may match what DEADLETTER_REDACT masks: False when it was
+    # planned by a user who may not see those values, so neither its count nor its
+    # run tells them that a masked value occurs.
+    reveal = models.BooleanField(default=True)
     status = models.CharField(max_length=20, choices=Status.choices, default=Status.PLANNED)
     reason = models.TextField(blank=True, default="")
     started_by = models.CharField(max_length=150, blank=True, default="")

@@ -32,7 +32,7 @@ from django.utils.http import urlencode
 from deadletter.conf import conf
 from deadletter.drain.redrives import CANCELLABLE, RedriveError, cancel_redrive, plan_redrive
 from deadletter.models import Redrive
-from deadletter.queue import access, search
+from deadletter.queue import access, redaction, search
 from deadletter.wire import keys
 
 PERMISSION = "deadletter.redrive_queuedmessage"
@@ -136,9 +136,10 @@ class RedriveForm(forms.Form):
             raise forms.ValidationError("Whole numbers above 0, separated by commas (1,5,20).")
         return tuple(int(part) for part in parts)
 
-    def plan(self, *, started_by: str, save: bool) -> Redrive:
+    def plan(self, *, started_by: str, save: bool, reveal: bool = True) -> Redrive:
         """The redrive these values ask for, stored as planned when `save`
-        (`RedriveError` for what the engine refuses)."""
+        (`RedriveError` for what the engine refuses); without `reveal` its search
+        never matches what `DEADLETTER_REDACT` masks."""
         data = self.cleaned_data
         return plan_redrive(
             queue=data["queue"],
@@ -153,6 +154,7 @@ class RedriveForm(forms.Form):
             concurrency=data["concurrency"],
             started_by=started_by,
             save=save,
+            reveal=reveal,
         )
 
 
@@ -273,7 +275,11 @@ class RedriveAdmin(admin.ModelAdmin):
         if form.is_valid():
             confirmed = pressed and not recounted
             try:
-                planned = form.plan(started_by=request.user.get_username(), save=confirmed)
+                planned = form.plan(
+                    started_by=request.user.get_username(),
+                    save=confirmed,
+                    reveal=redaction.reveals(request.user),
+                )
             except RedriveError as exc:
                 form.add_error(None, str(exc))
             else:

@@ -32,6 +32,7 @@ from deadletter.conf import conf
 from deadletter.drain.redrives import RedriveError, audit, cancel_redrive, plan_redrive
 from deadletter.models import Redrive
 from deadletter.queue import search
+from deadletter.queue.redaction import reveals
 from deadletter.wire import keys
 
 REDRIVE = "deadletter.redrive_queuedmessage"
@@ -300,7 +301,10 @@ class RedriveList(DeadletterView):
                 raise ValidationError({field: [NOT_GRANTED]})
         try:
             redrive = plan_redrive(
-                **options, started_by=request.user.get_username(), save=not dry_run
+                **options,
+                started_by=request.user.get_username(),
+                save=not dry_run,
+                reveal=reveals(request.user),
             )
         except RedriveError as exc:
             raise ValidationError({"non_field_errors": [str(exc)]}) from None

@@ -28,6 +28,7 @@ class Filter:
 
     queue: str
     query: search.Query | None = None
+    reveal: bool = True
 
     @classmethod
     def parse(
@@ -37,12 +38,14 @@ class Filter:
         *,
         after: datetime | None = None,
         before: datetime | None = None,
+        reveal: bool = True,
     ) -> Filter:
         """The filter of `text`, `after` and `before` (bounds on the first failure);
-        the search's `SearchError` for a malformed query."""
+        without `reveal` the search never matches a value `DEADLETTER_REDACT` masks.
+        The search's `SearchError` for a malformed query."""
         if not text.strip() and after is None and before is None:
             return cls(queue)
-        return cls(queue, search.parse(text, after=after, before=before))
+        return cls(queue, search.parse(text, after=after, before=before), reveal)
 
     def keys(self, *, after: bytes | None, until: bytes, limit: int) -> list[bytes]:
         """Up to `limit` matching keys above `after` and at most `until`, ascending."""
@@ -50,7 +53,12 @@ class Filter:
             return [
                 bytes(k)
                 for k in search.matching_keys(
-                    self.query, queue=self.queue, after_key=after, until_key=until, limit=limit
+                    self.query,
+                    queue=self.queue,
+                    after_key=after,
+                    until_key=until,
+                    limit=limit,
+                    reveal=self.reveal,
                 )
             ]
         low, high = keys.message_bounds(self.queue)
@@ -66,7 +74,11 @@ class Filter:
         if until is None:
             return 0
         if self.query is not None:
-            return int(search.count_matching(self.query, queue=self.queue, until_key=until))
+            return int(
+                search.count_matching(
+                    self.query, queue=self.queue, until_key=until, reveal=self.reveal
+                )
+            )
         low, high = keys.message_bounds(self.queue)
         return _rows().filter(key__gte=low, key__lt=high, key__lte=until).count()
 

@@ -146,7 +146,7 @@ class _Run:
         redrive = self.redrive
         try:
             self.walk.filter = redrive_filter(
-                redrive.queue, redrive.search, redrive.after, redrive.before
+                redrive.queue, redrive.search, redrive.after, redrive.before, reveal=redrive.reveal
             )
             with self._queue_lock():
                 if redrive.destination:

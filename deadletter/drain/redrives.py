@@ -71,10 +71,13 @@ def plan_redrive(
     concurrency: int = 1,
     started_by: str = "",
     save: bool = True,
+    reveal: bool = True,
 ) -> Redrive:
     """Check a redrive and count what it matches now: a `Redrive` with status
     planned, stored unless `save` is False (a dry run stores nothing).
-    `RedriveError` names the first problem, before anything is written."""
+    `RedriveError` names the first problem, before anything is written. Without
+    `reveal` (a planner who may not see what `DEADLETTER_REDACT` masks) its search
+    never matches a masked value, in the count or the run."""
     _check_queue(queue, "queue")
     destination = destination or None
     ramp = _checked_ramp(ramp)
@@ -125,7 +128,7 @@ def plan_redrive(
         )
     if len(started_by) > STARTED_BY_CHARS:
         raise RedriveError(f"started_by is longer than {STARTED_BY_CHARS} characters")
-    chosen = redrive_filter(queue, search, after, before)
+    chosen = redrive_filter(queue, search, after, before, reveal=reveal)
     until = claims.tail_key(queue)
     matched = chosen.count(until=until)
     redrive = Redrive(
@@ -139,6 +142,7 @@ def plan_redrive(
         stop_after=None if stop_after is None else float(stop_after),
         ignore_backoff=ignore_backoff,
         concurrency=concurrency,
+        reveal=reveal,
         started_by=started_by,
         until=until,
         matched=matched,
@@ -152,11 +156,16 @@ def plan_redrive(
 
 
 def redrive_filter(
-    queue: str, search: str, after: datetime | None, before: datetime | None
+    queue: str,
+    search: str,
+    after: datetime | None,
+    before: datetime | None,
+    *,
+    reveal: bool = True,
 ) -> Filter:
     """The redrive's filter, or `RedriveError` with the search's message."""
     try:
-        return Filter.parse(queue, search, after=after, before=before)
+        return Filter.parse(queue, search, after=after, before=before, reveal=reveal)
     except ValueError as exc:  # the search's SearchError is a ValueError
         raise RedriveError(str(exc)) from exc
 

@@ -10,6 +10,7 @@ import pytest
 from django.contrib.auth.models import Permission, User
 from rest_framework.test import APIClient
 
+from deadletter.models import Redrive
 from deadletter.queue import archive
 from deadletter.wire import keys
 from tests.factories import park
@@ -113,3 +114,23 @@ def test_an_edit_of_a_redacted_value_is_refused_to_a_viewer(settings: Any, chang
     assert shown(allowed.json()) == MASKED
     etag = holder.get(url)["ETag"]
     assert holder.patch(url, change, format="json", HTTP_IF_MATCH=etag).status_code == 200
+
+
+def test_a_redrive_planned_by_a_viewer_never_matches_a_redacted_value(settings: Any) -> None:
+    settings.DEADLETTER_HANDLERS = {"billing.refunds": "tests.factories.ok_handler"}
+    parked_refund()
+    park("ada wrote", queue="billing.refunds", username="someone")
+    planner = ("redrive_queuedmessage",)
+    viewer, holder = client_with((*VIEWER, *planner)), client_with((*HOLDER, *planner))
+
+    def matched(api: APIClient, search: str, dry_run: bool = True) -> Any:
+        body = {"queue": "billing.refunds", "search": search, "dry_run": dry_run}
+        response = api.post(f"{API}/redrives/", body, format="json")
+        assert response.status_code in (200, 201), response.content
+        return response.json()
+
+    assert matched(viewer, CARD)["matched"] == 0
+    assert matched(holder, CARD)["matched"] == 1
+    assert matched(viewer, "ada")["matched"] == 1  # the unmasked subject still matches
+    stored = matched(viewer, CARD, dry_run=False)
+    assert Redrive.objects.get(pk=stored["id"]).reveal is False

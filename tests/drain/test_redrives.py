@@ -64,6 +64,19 @@ def test_what_is_parked_after_the_plan_is_not_in_it() -> None:
     assert (done.status, done.delivered, done.remaining) == ("finished", 2, 0)
 
 
+def test_a_redrive_that_may_not_reveal_never_matches_a_redacted_value(settings: Any) -> None:
+    settings.DEADLETTER_REDACT = {"q": ["username"]}
+    park("refund", username="ada@example.com")
+    park("ada herself", username="someone")
+    blind = plan_redrive(queue="q", search="ada", reveal=False)
+    assert blind.matched == 1
+    done = run_redrive(blind.pk)
+    assert redrive_harness.HANDED == ["ada herself"]
+    assert (done.delivered, done.remaining) == (1, 0)
+    assert plan_redrive(queue="q", search="ada").matched == 1  # what is left: the other
+    assert parked("q") == ["refund"]
+
+
 def test_a_plan_that_is_not_saved_stores_nothing() -> None:
     park("a")
     redrive = plan_redrive(queue="q", save=False)
