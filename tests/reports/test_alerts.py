@@ -9,6 +9,7 @@ ones the drain's `incidents.note_failure` records."""
 from __future__ import annotations
 
 import io
+import json
 import threading
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -335,3 +336,26 @@ def test_a_tripped_breaker_fires_once(settings: Any) -> None:
     (alert,) = done.alerts
     assert (alert.rule, alert.queue, done.sent) == ("breaker", "billing", 1)
     assert evaluate().sent == 0 and len(mail.outbox) == 1
+
+
+def test_a_redacted_value_never_appears_in_an_alert(settings: Any) -> None:
+    """Alerts carry the queue, the cause and figures, never a message's fields: what
+    DEADLETTER_REDACT names stays out of the mail and of the webhook's JSON."""
+    settings.DEADLETTER_REDACT = {"billing": ["username", "fields[0]", "card_number"]}
+    settings.DEADLETTER_ALERTS = {"new_cause": True, "depth": 1, "channels": ["mail_admins"]}
+    secret_values = ("ada@example.com", "4111111111111111")
+    for n in range(2):
+        park(
+            f"invoice {n}",
+            queue="billing",
+            username=secret_values[0],
+            fields=[secret_values[1]],
+            extra={"card_number": secret_values[1]},
+        )
+    drain()
+    done = evaluate()
+    assert done.sent >= 1 and mail.outbox
+    said = [m.subject + m.body for m in mail.outbox]
+    said += [json.dumps(alert.as_json()) for alert in done.alerts]
+    for value in secret_values:
+        assert not any(value in text for text in said)
