@@ -27,7 +27,7 @@ from rest_framework.response import Response
 
 from deadletter import drain
 from deadletter.api.access import DeadletterView, openapi, require, scope
-from deadletter.api.fields import KeyField, TextField
+from deadletter.api.fields import KeyField, TextField, queue_name
 from deadletter.api.serializers import (
     DEFAULT_PAGE_SIZE,
     MAX_PAGE_SIZE,
@@ -145,11 +145,7 @@ class ArchiveQuerySerializer(serializers.Serializer):
     )
 
     def validate_queue(self, value: str) -> str:
-        try:
-            keys.encode_queue_name(value)
-        except ValueError as exc:
-            raise serializers.ValidationError(str(exc)) from None
-        return value
+        return queue_name(value)
 
     def validate_actor(self, value: str) -> str:
         if "\x00" in value:

@@ -15,6 +15,16 @@ from deadletter.wire.gotime import GoTime
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
+def queue_name(value: str) -> str:
+    """`value` when the queue accepts it as a name (1..255 UTF-8 bytes, no NUL); a
+    `ValidationError` saying why otherwise: every serializer's queue field."""
+    try:
+        keys.encode_queue_name(value)
+    except ValueError as exc:
+        raise serializers.ValidationError(str(exc)) from None
+    return value
+
+
 @extend_schema_field({"type": "string"})
 class TextField(serializers.Field):
     """A JSON string, taken as is: whitespace and every character kept."""

@@ -25,7 +25,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from deadletter.api.access import DeadletterView, ParsedBody, openapi, require, scope
-from deadletter.api.fields import Int64Field, TextField
+from deadletter.api.fields import Int64Field, TextField, queue_name
 from deadletter.api.serializers import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, ErrorSerializer
 from deadletter.api.views import BAD, REFUSALS
 from deadletter.conf import conf
@@ -33,19 +33,10 @@ from deadletter.drain.redrives import RedriveError, audit, cancel_redrive, plan_
 from deadletter.models import Redrive
 from deadletter.queue import search
 from deadletter.queue.redaction import reveals
-from deadletter.wire import keys
 
 REDRIVE = "deadletter.redrive_queuedmessage"
 MAX_CONCURRENCY = 1000
 ID = OpenApiParameter("id", int, OpenApiParameter.PATH, description="The redrive's id.")
-
-
-def _queue_name(value: str) -> str:
-    try:
-        keys.encode_queue_name(value)
-    except ValueError as exc:
-        raise serializers.ValidationError(str(exc)) from None
-    return value
 
 
 @extend_schema_field({"type": "integer", "minimum": 1, "maximum": MAX_CONCURRENCY})
@@ -107,10 +98,10 @@ class RedriveRequestSerializer(serializers.Serializer):
     )
 
     def validate_queue(self, value: str) -> str:
-        return _queue_name(value)
+        return queue_name(value)
 
     def validate_destination(self, value: str | None) -> str | None:
-        return None if value is None else _queue_name(value)
+        return None if value is None else queue_name(value)
 
     def validate_search(self, value: str) -> str:
         try:

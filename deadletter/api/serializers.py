@@ -21,6 +21,7 @@ from deadletter.api.fields import (
     TimeField,
     format_time,
     format_unix_ns,
+    queue_name,
 )
 from deadletter.conf import conf
 from deadletter.queue import age, browse, history, redaction, seals, search
@@ -46,11 +47,7 @@ class QueueNameSerializer(serializers.Serializer):
     name = TextField()
 
     def validate_name(self, value: str) -> str:
-        try:
-            keys.encode_queue_name(value)
-        except ValueError as exc:
-            raise serializers.ValidationError(str(exc)) from None
-        return value
+        return queue_name(value)
 
 
 class KeySerializer(serializers.Serializer):
@@ -292,11 +289,7 @@ class QueuePageQuerySerializer(serializers.Serializer):
     )
 
     def validate_after(self, value: str) -> str:
-        try:
-            keys.encode_queue_name(value)
-        except ValueError as exc:
-            raise serializers.ValidationError(str(exc)) from None
-        return value
+        return queue_name(value)
 
 
 class QueueSerializer(serializers.Serializer):
