@@ -19,7 +19,7 @@ import re
 import time
 from datetime import UTC, datetime, timedelta
 
-from _setup import django_on_fresh_database
+from _setup import django_on_fresh_database, timed_get
 
 ROWS = int(os.environ.get("BENCH_ROWS", "1000000"))
 SMALL = 1000
@@ -75,9 +75,7 @@ def main() -> None:
     vendor, _ = django_on_fresh_database("archive")
     from django.conf import settings
     from django.contrib.auth.models import User
-    from django.db import connection
     from django.test import Client
-    from django.test.utils import CaptureQueriesContext
 
     from deadletter.models import ArchivedMessage
 
@@ -87,22 +85,12 @@ def main() -> None:
     client.login(username="bench", password="bench")
 
     def timed(url: str) -> tuple[float, float, int, list[str]]:
-        assert client.get(url).status_code == 200, url
-        best = cpu = float("inf")
-        for _ in range(REPEAT):
-            start, start_cpu = time.perf_counter(), time.process_time()
-            response = client.get(url)
-            best = min(best, time.perf_counter() - start)
-            cpu = min(cpu, time.process_time() - start_cpu)
-            assert response.status_code == 200
-        with CaptureQueriesContext(connection) as ctx:
-            client.get(url)
-        counts = [
-            q["sql"]
-            for q in ctx.captured_queries
-            if re.search(r"COUNT\(", q["sql"], re.I) and "archivedmessage" in q["sql"]
-        ]
-        return best, cpu, len(ctx.captured_queries), counts
+        return timed_get(
+            client,
+            url,
+            REPEAT,
+            lambda sql: bool(re.search(r"COUNT\(", sql, re.I)) and "archivedmessage" in sql,
+        )
 
     def second_page() -> str:
         from deadletter.queue import archive_pages
