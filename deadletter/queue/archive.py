@@ -23,8 +23,8 @@ from django.db.models import Q
 from deadletter import signals
 from deadletter.conf import conf
 from deadletter.exceptions import DeadletterError
-from deadletter.models import ArchivedMessage, Attempt, QueuedMessage
-from deadletter.queue import archive_write
+from deadletter.models import ArchivedMessage, QueuedMessage
+from deadletter.queue import archive_write, history
 from deadletter.queue.api import Removal, dequeue, remove_msg
 from deadletter.queue.archive_retention import archived_counts, purge
 from deadletter.queue.archive_write import archive_rows, enabled, last_error_of
@@ -281,7 +281,7 @@ def restore(entry_id: int, *, actor: str) -> Restored:
             )
         moved = new_key != old_key
         if moved:
-            _copy_attempts(old_key, new_key)
+            history.copy(connection, old_key, new_key)
             value = _keep_origin(connection, new_key, value, old_key)
         _entries().filter(id=entry_id).delete()
         if signals.message_enqueued.receivers:
@@ -340,18 +340,6 @@ def _keep_origin(connection: Any, key: bytes, value: bytes, first_key: bytes) ->
             (kept, key),
         )
     return kept
-
-
-def _copy_attempts(old_key: bytes, new_key: bytes) -> None:
-    """The attempt history of `old_key` again under `new_key`, oldest first."""
-    attempts = Attempt.objects.using(conf.DATABASE)
-    fields = ("at", "duration", "outcome", "error", "actor")
-    copies = [
-        Attempt(key=new_key, **dict(zip(fields, row, strict=True)))
-        for row in attempts.filter(key=old_key).order_by("id").values_list(*fields)
-    ]
-    if copies:
-        attempts.bulk_create(copies)
 
 
 def restore_msg(key: bytes, *, actor: str = "") -> bytes:

@@ -151,6 +151,21 @@ def move(connection: BaseDatabaseWrapper, old: bytes, new: bytes) -> int:
         return int(cursor.rowcount)
 
 
+def copy(connection: BaseDatabaseWrapper, old: bytes, new: bytes) -> int:
+    """The attempts of `old` again under `new`, oldest first, in the caller's
+    transaction (a restore at the tail while a live copy keeps `old` and its own
+    history); how many."""
+    attempts = Attempt.objects.using(connection.alias)
+    fields = ("at", "duration", "outcome", "error", "actor")
+    copies = [
+        Attempt(key=bytes(new), **dict(zip(fields, row, strict=True)))
+        for row in attempts.filter(key=bytes(old)).order_by("id").values_list(*fields)
+    ]
+    if copies:
+        attempts.bulk_create(copies)
+    return len(copies)
+
+
 def attempts_of(key: bytes) -> list[AttemptRecord]:
     """The recorded attempts of `key`, oldest first (newest last), as a timeline reads."""
     rows = (
