@@ -4,7 +4,13 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.db import connection
 
-from deadletter.models import HexKeyField, QueuedMessage, StepsField
+from deadletter.models import (
+    ExactTextField,
+    HexKeyField,
+    NotNullIndex,
+    QueuedMessage,
+    StepsField,
+)
 from deadletter.wire import keys
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -111,3 +117,11 @@ def test_a_redrives_ramp_is_a_list_of_steps_kept_as_text() -> None:
     assert field.get_prep_value([1, 5, 20]) == "1,5,20"
     assert field.to_python("1,5,20") == [1, 5, 20]
     assert field.to_python("") == []
+
+
+def test_migrations_name_the_column_types_where_the_package_exports_them() -> None:
+    """`deadletter.models.HexKeyField` in a migration, whichever module defines it."""
+    index = NotNullIndex(fields=["signature", "key"], name="deadletter_signature_key")
+    assert index.deconstruct()[0] == "deadletter.models.NotNullIndex"
+    for field in [HexKeyField(), ExactTextField(max_length=8), StepsField(max_length=8)]:
+        assert field.deconstruct()[1] == f"deadletter.models.{type(field).__name__}"

@@ -1,5 +1,5 @@
 """The drop counters' statements: how many messages each queue lost and why
-(the tables, `DropCount` and `ExpiryWarning`, are in `models.py`).
+(the tables, `DropCount` and `ExpiryWarning`, are in `models/counters.py`).
 
 Below `queue/` (which records a drop in the transaction that deletes the row)
 and above nothing but Django's connection: plain upserts, no queue rules.
