@@ -16,10 +16,10 @@ import random
 from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
-from urllib.parse import urlsplit
 
 from deadletter.conf import ALERT_KEYS, conf
 from deadletter.queue import limits
+from deadletter.queue.alert_channels import channels_problems
 
 __all__ = [
     "HELD_WAIT",
@@ -177,7 +177,8 @@ def policy_problems(name: str, value: Any) -> list[PolicyProblem]:
 
 def alerts_problems(value: Any, where: str = "DEADLETTER_ALERTS") -> list[str]:
     """Everything wrong with a dict of alert rules (`DEADLETTER_ALERTS`, E024, or a
-    queue's `alerts`, E025): the evaluator reads them as checked here."""
+    queue's `alerts`, E025): the evaluator reads them as checked here, and the
+    channels as `queue.alert_channels` reads them for the sender too."""
     if not isinstance(value, Mapping):
         return [f"{where} must be a dict of alert rules, got {value!r}"]
     problems = [
@@ -202,7 +203,7 @@ def alerts_problems(value: Any, where: str = "DEADLETTER_ALERTS") -> list[str]:
     elif not isinstance(expiring, bool):
         problems += _span_problem(expiring, f"{where}['expiring']", "True (the expiry warning), ")
     if "channels" in value:
-        problems += _channels_problems(value["channels"], f"{where}['channels']")
+        problems += channels_problems(value["channels"], f"{where}['channels']")
     return problems
 
 
@@ -211,37 +212,6 @@ def _span_problem(value: Any, where: str, also: str = "") -> list[str]:
         return []
     options = f"None, {also}or" if also else "None or"
     return [f"{where} must be {options} a timedelta above 0, got {value!r}"]
-
-
-def _channels_problems(value: Any, where: str) -> list[str]:
-    """A list of "mail_admins" and {"webhook": http(s) URL, "secret": str}: the
-    signature, not the scheme, is what a receiver trusts; https keeps the body private."""
-    if not isinstance(value, list | tuple):
-        return [f"{where} must be a list of channels, got {value!r}"]
-    problems = []
-    for index, channel in enumerate(value):
-        at = f"{where}[{index}]"
-        if channel == "mail_admins":
-            continue
-        if not isinstance(channel, Mapping):
-            problems.append(
-                f'{at} must be "mail_admins" or {{"webhook": url, "secret": str}}, got {channel!r}'
-            )
-            continue
-        unknown = sorted(str(k) for k in channel if k not in ("webhook", "secret"))
-        if unknown:
-            problems.append(f"{at} has unknown key {unknown[0]!r}; known: webhook, secret")
-        url = channel.get("webhook")
-        parts = urlsplit(url) if isinstance(url, str) else None
-        if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
-            problems.append(f"{at}['webhook'] must be an http(s):// URL, got {url!r}")
-        secret = channel.get("secret")
-        if not isinstance(secret, str) or not secret:
-            problems.append(
-                f"{at} needs a 'secret' (a non-empty str the webhook's signature is made "
-                f"with), got {secret!r}"
-            )
-    return problems
 
 
 def policy_of(name: str, value: Any) -> Policy:

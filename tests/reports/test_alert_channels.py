@@ -23,6 +23,7 @@ from django.core.management import call_command
 from rest_framework.test import APIClient
 
 from deadletter import signals
+from deadletter.checks import check_settings
 from deadletter.drain import Drainer
 from deadletter.models import ArchivedMessage, QueuedMessage
 from deadletter.queue import fetch_failed_msgs, store_failed_msgs
@@ -414,12 +415,32 @@ def test_a_redelivery_does_not_send_the_signal_again(receiver: Receiver, setting
     assert heard == [an_alert()]
 
 
-def test_channel_problem_reads_a_spec() -> None:
-    assert channels.channel_problem("mail_admins") is None
-    assert channels.channel_problem(hook("https://hooks.example.com/x")) is None
-    assert "secret" in (channels.channel_problem({"webhook": "https://h.example.com/"}) or "")
-    assert "http" in (channels.channel_problem(hook("ftp://h.example.com/")) or "")
-    assert "not extra" in (channels.channel_problem({**hook("https://h/"), "extra": "1"}) or "")
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "sms",
+        {"webhook": "https://h.example.com/"},
+        {"webhook": "ftp://h.example.com/", "secret": SECRET},
+        {"webhook": "http://[::1/", "secret": SECRET},
+        {**hook("https://h.example.com/"), "token": "x"},
+        {"url": "https://h.example.com/", "secret": b"not-a-str"},
+    ],
+)
+def test_the_checks_and_the_sender_refuse_a_bad_spec_for_the_same_reasons(
+    settings: Any, caplog: pytest.LogCaptureFixture, spec: Any
+) -> None:
+    settings.DEADLETTER_SITE_URL = "https://ops.example.com"
+    configure(settings, spec)
+    checked = [
+        e.msg.removeprefix("DEADLETTER_ALERTS['channels'][0]").removesuffix(".")
+        for e in check_settings()
+        if e.id == "deadletter.E024"
+    ]
+    with caplog.at_level(logging.ERROR, logger="deadletter"):
+        assert send(an_alert(), [spec]) == [channels.channel_name(spec)]
+    sent = [r.getMessage().split(": channels[0]", 1)[1] for r in caplog.records]
+    assert checked and sent == checked
+    assert QueuedMessage.objects.of_queue(QUEUE).count() == 0
 
 
 # --- the docs' receivers, run as written --------------------------------------------

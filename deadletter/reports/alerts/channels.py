@@ -20,6 +20,7 @@ from django.core.mail import mail_admins
 
 from deadletter import signals
 from deadletter.queue import seals, store_failed_msgs
+from deadletter.queue.alert_channels import MAIL_ADMINS, WEBHOOK, channel_problems
 from deadletter.queue.history import cut
 from deadletter.queue.rows import LAST_ERROR_KEY, QueueingError
 from deadletter.reports.alerts import webhook
@@ -29,11 +30,9 @@ from deadletter.wire.messages import Message
 __all__ = [
     "ALERT_KEY",
     "CHANNEL_KEY",
-    "MAIL_ADMINS",
     "QUEUE",
     "SEAL",
     "channel_name",
-    "channel_problem",
     "deliver",
     "mail_parts",
     "send",
@@ -43,8 +42,6 @@ logger = logging.getLogger("deadletter")
 
 QUEUE = "deadletter.alerts"
 """The queue of alerts a channel could not take; its handler is built in."""
-MAIL_ADMINS = "mail_admins"
-WEBHOOK = "webhook"
 APP = "deadletter.reports.alerts"
 # The extra keys of a parked alert (Go-style names, like Attempts and LastError).
 ALERT_KEY = "Alert"
@@ -57,28 +54,6 @@ otherwise have the site's webhooks sign a text of their own."""
 seals.reserve(APP, (ALERT_KEY, CHANNEL_KEY, SEAL_KEY))
 
 Channel = str | Mapping[str, str]
-
-
-def channel_problem(spec: Any) -> str | None:
-    """What is wrong with one channel spec (`"mail_admins"`, or `{"webhook": url,
-    "secret": "..."}`), or None: the one reading of a spec, for the checks too."""
-    if spec == MAIL_ADMINS:
-        return None
-    if not isinstance(spec, Mapping) or WEBHOOK not in spec:
-        return (
-            f"a channel is {MAIL_ADMINS!r} or {{'webhook': 'https://...', 'secret': '...'}}, "
-            f"got {spec!r}"
-        )
-    unknown = sorted(str(key) for key in spec if key not in (WEBHOOK, "secret"))
-    if unknown:
-        return f"a webhook channel has the keys 'webhook' and 'secret', not {', '.join(unknown)}"
-    problem = webhook.url_problem(spec[WEBHOOK])
-    if problem is not None:
-        return problem
-    secret = spec.get("secret")
-    if not isinstance(secret, str) or not secret:
-        return f"the webhook {spec[WEBHOOK]} needs a non-empty 'secret' string to sign with"
-    return None
 
 
 def channel_name(spec: Channel) -> str:
@@ -114,13 +89,15 @@ def send(alert: Alert, channels: Sequence[Channel]) -> list[str]:
     """Send `alert` to each of `channels`, then the `alert` signal; returns the
     channels that failed (`channel_name`). Each failure is logged, and parked in
     `deadletter.alerts` for the drain to retry, unless the spec itself is wrong
-    (logged as an error: a retry could never succeed). Never raises for a channel."""
+    (each problem logged as an error, in the words of `manage.py check`: a retry
+    could never succeed). Never raises for a channel."""
     data = alert.as_json()
     failed = []
     for index, spec in enumerate(channels):
-        problem = channel_problem(spec)
-        if problem is not None:
+        problems = channel_problems(spec, f"channels[{index}]")
+        for problem in problems:
             logger.error("alert not sent rule=%s queue=%s: %s", alert.rule, alert.queue, problem)
+        if problems:
             failed.append(channel_name(spec) if isinstance(spec, str | Mapping) else repr(spec))
             continue
         try:

@@ -15,16 +15,8 @@ from typing import Any
 
 from deadletter.conf import conf
 from deadletter.exceptions import NeedsOperator, PermanentFailure
-from deadletter.reports.alerts.channels import (
-    ALERT_KEY,
-    CHANNEL_KEY,
-    MAIL_ADMINS,
-    SEAL,
-    WEBHOOK,
-    Channel,
-    channel_problem,
-    deliver,
-)
+from deadletter.queue.alert_channels import MAIL_ADMINS, WEBHOOK, channel_problems
+from deadletter.reports.alerts.channels import ALERT_KEY, CHANNEL_KEY, SEAL, Channel, deliver
 from deadletter.wire.messages import Message
 
 __all__ = ["configured_webhook", "handle"]
@@ -69,7 +61,7 @@ def configured_webhook(url: Any, queues: Sequence[str] = ()) -> Mapping[str, str
     channels of `queues` first, then of the other queues, then in
     `DEADLETTER_ALERTS`'s; None when there is none."""
     for spec in _configured_channels(queues):
-        if isinstance(spec, Mapping) and spec.get(WEBHOOK) == url and channel_problem(spec) is None:
+        if isinstance(spec, Mapping) and spec.get(WEBHOOK) == url and not channel_problems(spec):
             return spec
     return None
 

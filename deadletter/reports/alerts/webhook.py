@@ -15,11 +15,11 @@ import hmac
 import http.client
 import time
 import urllib.error
-import urllib.parse
 import urllib.request
 from typing import Any
 
 from deadletter.exceptions import DeadletterError
+from deadletter.queue.alert_channels import url_problem
 
 __all__ = [
     "SIGNATURE_HEADER",
@@ -29,7 +29,6 @@ __all__ = [
     "WebhookFailed",
     "post",
     "sign",
-    "url_problem",
     "verify",
 ]
 
@@ -58,17 +57,6 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
 
 
 _opener = urllib.request.build_opener(_NoRedirect)
-
-
-def url_problem(url: Any) -> str | None:
-    """What keeps `url` from being a webhook's address (an absolute http or https
-    URL with a host), or None; urllib alone would also open `file:` URLs."""
-    if not isinstance(url, str) or not url:
-        return f"a webhook's URL must be a non-empty string, got {url!r}"
-    parts = urllib.parse.urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        return f"a webhook's URL must be an absolute http:// or https:// URL, got {url!r}"
-    return None
 
 
 def sign(body: bytes, timestamp: str, secret: str) -> str:
@@ -111,7 +99,7 @@ def post(
 ) -> int:
     """POST `body` (JSON) to `url`, signed under `secret` at `now` (the clock when
     None); returns the 2xx status, else raises `WebhookFailed`."""
-    problem = url_problem(url)
+    problem = url_problem(url, "a webhook's URL")
     if problem is not None:
         raise WebhookFailed(problem)
     timestamp = str(int(time.time() if now is None else now))
