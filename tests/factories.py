@@ -32,10 +32,14 @@ from deadletter.wire.gotime import GoTime
 from deadletter.wire.messages import Message
 
 __all__ = [
+    "BILLING_REDACT",
+    "CARD",
     "DAY",
+    "EMAIL",
     "FIXTURES",
     "REPO",
     "TABLE",
+    "RecipientRefused",
     "failing_handler",
     "insert",
     "insert_at",
@@ -44,8 +48,10 @@ __all__ = [
     "ok_handler",
     "park",
     "park_aged",
+    "park_refund",
     "parked",
     "parked_messages",
+    "refusing_handler",
     "table_rows",
 ]
 
@@ -127,6 +133,25 @@ def park(*subjects: str, queue: str = "q", **fields: Any) -> list[bytes]:
     return [store_failed_msgs(queue, Message(subject=s, **fields)) for s in subjects]
 
 
+# A billing queue whose sensitive values `DEADLETTER_REDACT` names (docs/redaction.md).
+EMAIL = "ada@example.com"
+CARD = "4111111111111111"
+BILLING_REDACT = {"billing.*": ["username", "fields[0]", "CeleryKwargs.email", "card_number"]}
+
+
+def park_refund(subject: str = "refund failed", queue: str = "billing.refunds") -> bytes:
+    """A refund parked with a customer's address and card in four places
+    `BILLING_REDACT` names, and an expiry date it does not."""
+    (key,) = park(
+        subject,
+        queue=queue,
+        username=EMAIL,
+        fields=[CARD, "12/30"],
+        extra={"CeleryKwargs": {"email": EMAIL, "amount": 12}, "card_number": CARD},
+    )
+    return key
+
+
 def parked(queue: str = "q") -> list[str]:
     """The subjects `fetch_failed_msgs` reads from `queue`, oldest first."""
     return [m.subject for m in parked_messages(queue)]
@@ -151,6 +176,16 @@ def failing_handler(msg: Message) -> None:
     numbers (a duration, an address) that a failure signature replaces with #:
     "ConnectionError: timeout after # s talking to #"."""
     raise ConnectionError("timeout after 30 s talking to 10.0.0.7:8443")
+
+
+class RecipientRefused(Exception):
+    """A mail server's refusal, which names the address it refused."""
+
+
+def refusing_handler(msg: Message) -> None:
+    """Fails as a mail server refusing the recipient does: its text quotes the
+    message's address, so the error carries a value redaction may mask."""
+    raise RecipientRefused(f"<{msg.username}> refused: 550 5.1.1 no such user")
 
 
 # --- manage.py in a child process --------------------------------------------------

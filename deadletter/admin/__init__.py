@@ -198,7 +198,10 @@ class QueuedMessageAdmin(admin.ModelAdmin):
                 query = searching.query_of(request, request.GET.get(CauseFilter.parameter_name))
                 queue = request.GET.get(QueueFilter.parameter_name) or None
                 reveal = redaction.reveals(request.user)
-                queryset = searching.searched_rows(queryset, query, queue, reveal=reveal)
+                spans = access.scope(request).spans()
+                queryset = searching.searched_rows(
+                    queryset, query, queue, reveal=reveal, spans=spans
+                )
             return super().response_action(request, queryset, *args, **kwargs)
         except (searching.SearchTooBroad, search.SearchError) as exc:
             self.message_user(request, str(exc), messages.ERROR)
@@ -472,7 +475,7 @@ class QueuedMessageAdmin(admin.ModelAdmin):
 
     @admin.display(description="attempts")
     def attempt_history(self, obj: QueuedMessage) -> SafeString:
-        return timeline_html(obj.key_bytes)
+        return timeline_html(obj.key_bytes, rows.scrubber_of(obj))
 
 
 RETRY_OUTCOMES = {
@@ -499,9 +502,12 @@ def _queues_of(texts: list[str]) -> list[str]:
 
 
 def _current(key: bytes) -> Any:
-    """The first message of row `key` as it is now (after a failed retry), or None."""
+    """The first message of row `key` as it is now (after a failed retry), masked as
+    for any viewer of the History it is logged to (`redaction`), or None."""
     row = browse.get_row(key)
-    return row.messages[0] if row is not None and row.messages else None
+    if row is None or not row.messages:
+        return None
+    return redaction.redacted(row.messages[0], keys.queue_of(key), reveal=False)
 
 
 def retried_text(report: drain.DrainReport) -> str:

@@ -402,7 +402,7 @@ class ArchivedMessageAdmin(admin.ModelAdmin):
 
     @admin.display(description="last error")
     def last_error_cut(self, obj: ArchivedMessage) -> Any:
-        return rows.short_error(obj.last_error)
+        return rows.short_error(rows.scrubber_of(row_of(obj))(obj.last_error))
 
     # -- the message page
 
@@ -432,7 +432,8 @@ class ArchivedMessageAdmin(admin.ModelAdmin):
 
     @admin.display(description="last error")
     def error(self, obj: ArchivedMessage) -> Any:
-        return rows.text_html(obj.last_error) if obj.last_error else rows.EMPTY
+        error = rows.scrubber_of(row_of(obj))(obj.last_error)
+        return rows.text_html(error) if error else rows.EMPTY
 
     @admin.display(description="messages")
     def decoded(self, obj: ArchivedMessage) -> SafeString:
@@ -442,7 +443,7 @@ class ArchivedMessageAdmin(admin.ModelAdmin):
     def attempts(self, obj: ArchivedMessage) -> SafeString:
         """The key's attempt timeline: the history is kept by key, so it is the
         message's as it was when it left."""
-        return timeline.timeline_html(bytes(obj.key))
+        return timeline.timeline_html(bytes(obj.key), rows.scrubber_of(row_of(obj)))
 
 
 def _entry_chunks(queryset: QuerySet[ArchivedMessage]) -> Iterator[list[ArchivedMessage]]:

@@ -68,11 +68,21 @@ def messages_of(obj: QueuedMessage) -> list[Message] | None:
         if not browse.is_too_large(key, len(value)):
             with contextlib.suppress(codec.CodecError):
                 decoded = codec.decode(value)
+        reveal = getattr(obj, "_reveal", False)
+        obj._scrub = redaction.scrubber(keys.queue_of(key), decoded, reveal=reveal)  # type: ignore[attr-defined]
         if decoded:
-            reveal = getattr(obj, "_reveal", False)
             decoded = redaction.redacted_all(decoded, keys.queue_of(key), reveal=reveal)
         obj._decoded = decoded  # type: ignore[attr-defined]
     return obj._decoded  # type: ignore[attr-defined]
+
+
+def scrubber_of(obj: QueuedMessage) -> redaction.Scrub:
+    """How an error text kept beside the row (an attempt's, the archive's last error)
+    shows to its viewer (`show_to`): the row's redacted values it quotes masked
+    (`redaction.scrubber`)."""
+    messages_of(obj)
+    scrub: redaction.Scrub = obj._scrub  # type: ignore[attr-defined]
+    return scrub
 
 
 def first(obj: QueuedMessage) -> Message | None:

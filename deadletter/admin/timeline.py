@@ -8,6 +8,7 @@ from django.template.loader import render_to_string
 from django.utils.safestring import SafeString, mark_safe
 
 from deadletter.queue import history
+from deadletter.queue.redaction import Scrub
 
 __all__ = ["TEMPLATE", "timeline_html"]
 
@@ -24,15 +25,16 @@ def duration_text(seconds: float | None) -> str:
     return f"{seconds:.1f} s"
 
 
-def timeline_html(key: bytes) -> SafeString:
+def timeline_html(key: bytes, scrub: Scrub) -> SafeString:
     """The recorded attempts of `key`, oldest first, as an HTML table (escaped by
-    the template); a sentence when there is none."""
+    the template); a sentence when there is none. Errors are shown through `scrub`
+    (the row's `rows.scrubbed`): one may quote a value the viewer may not see."""
     attempts = [
         {
             "at": attempt.at,
             "duration": duration_text(attempt.duration),
             "outcome": attempt.outcome,
-            "error": attempt.error,
+            "error": scrub(attempt.error),
             "actor": attempt.actor,
         }
         for attempt in history.attempts_of(key)

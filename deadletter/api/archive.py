@@ -36,13 +36,14 @@ from deadletter.api.serializers import (
     KeySerializer,
     MessageSerializer,
     api_queue_refusal,
+    shown_attempts,
     shown_messages,
     viewer,
 )
 from deadletter.api.views import BAD, KEY, REFUSALS
 from deadletter.conf import conf
 from deadletter.models import ArchivedMessage, QueuedMessage
-from deadletter.queue import archive, archive_pages, browse, history, limits
+from deadletter.queue import archive, archive_pages, browse, limits, redaction
 from deadletter.queue.access import Scope
 from deadletter.queue.archive_pages import Cursor, Filters, Page
 from deadletter.wire import codec, keys
@@ -79,7 +80,9 @@ class ArchivedSerializer(serializers.Serializer):
     actor = serializers.CharField(help_text="The user who deleted it, or drain.")
     archived_at = serializers.SerializerMethodField()
     kept_until = serializers.SerializerMethodField()
-    last_error = serializers.CharField(help_text="The message's LastError when it left.")
+    last_error = serializers.SerializerMethodField(
+        help_text="The message's LastError when it left (redacted values it quotes masked)."
+    )
     corrupt = serializers.SerializerMethodField()
     too_large = serializers.SerializerMethodField()
     size = serializers.SerializerMethodField()
@@ -97,6 +100,11 @@ class ArchivedSerializer(serializers.Serializer):
     def get_kept_until(self, entry: Entry) -> str | None:
         kept = limits.archive_for(entry.queue)
         return None if kept is None else _utc(entry.archived_at + kept)
+
+    @extend_schema_field({"type": "string"})
+    def get_last_error(self, entry: Entry) -> str:
+        reveal = bool(self.context.get("reveal", False))
+        return redaction.scrubber(entry.queue, self._row.messages, reveal=reveal)(entry.last_error)
 
     def get_corrupt(self, entry: Entry) -> bool:
         return self._row.messages is None and not self._row.too_large
@@ -122,7 +130,7 @@ class ArchivedDetailSerializer(ArchivedSerializer):
 
     @extend_schema_field(AttemptSerializer(many=True))
     def get_attempts_history(self, entry: Entry) -> list[Any]:
-        return list(AttemptSerializer(history.attempts_of(bytes(entry.key)), many=True).data)
+        return shown_attempts(bytes(entry.key), self._row.messages, entry.queue, self.context)
 
 
 class ArchivePageSerializer(serializers.Serializer):

@@ -7,6 +7,7 @@ as RFC 3339 with up to nine fraction digits, and unknown keys in `extra`
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 from typing import Any
 
@@ -223,6 +224,19 @@ def shown_messages(
     return [show(redaction.redacted(msg, queue, reveal=reveal)) for msg in msgs or []]
 
 
+def shown_attempts(
+    key: bytes, msgs: list[Message] | None, queue: str, context: dict[str, Any]
+) -> list[Any]:
+    """The JSON of the attempts of `key`, oldest first, each error scrubbed of the
+    row's redacted values unless `context` (`viewer`) reveals (`redaction.scrubber`)."""
+    scrub = redaction.scrubber(queue, msgs, reveal=bool(context.get("reveal", False)))
+    attempts = [
+        dataclasses.replace(attempt, error=scrub(attempt.error))
+        for attempt in history.attempts_of(key)
+    ]
+    return list(AttemptSerializer(attempts, many=True).data)
+
+
 class AttemptSerializer(serializers.Serializer):
     """One failed attempt of a message (`queue.history`)."""
 
@@ -245,7 +259,7 @@ class MessageRowSerializer(RowSerializer):
 
     @extend_schema_field(AttemptSerializer(many=True))
     def get_attempts_history(self, row: Row) -> list[Any]:
-        return list(AttemptSerializer(history.attempts_of(row.key), many=True).data)
+        return shown_attempts(row.key, row.messages, keys.queue_of(row.key), self.context)
 
 
 class PageQuerySerializer(serializers.Serializer):

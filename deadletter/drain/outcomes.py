@@ -22,7 +22,7 @@ from deadletter.drain.policy import Policy, held_wait
 from deadletter.drain.report import Outcome
 from deadletter.drain.timeouts import HandlerTimeout, HungHandlers, call_within
 from deadletter.exceptions import NeedsOperator, PermanentFailure
-from deadletter.queue import archive_write, claims, history, tracing
+from deadletter.queue import archive_write, claims, history, redaction, tracing
 from deadletter.queue.archive_write import ACTOR_DRAIN
 from deadletter.queue.claims import dequeue_claimed, handler_savepoint
 from deadletter.queue.history import AttemptOutcome
@@ -193,7 +193,7 @@ def _deliver(
             "permanent failure queue=%s key=%s error=%s",
             keys.queue_of(item.key),
             item.key.hex(),
-            error,
+            _logged(error, item),
         )
         attempt = _tried(ran, actor)
         return _settle(
@@ -372,7 +372,7 @@ def _failed(
             name,
             item.key.hex(),
             attempts,
-            error,
+            _logged(error, item),
         )
         return _settle(
             item,
@@ -400,7 +400,7 @@ def _failed(
         name,
         item.key.hex(),
         attempts,
-        error,
+        _logged(error, item),
         due_at.isoformat() if due_at is not None else "now",
     )
     _settle(
@@ -430,7 +430,7 @@ def _held(item: queue.Queued, exc: NeedsOperator, policy: Policy | None, attempt
         keys.queue_of(item.key),
         item.key.hex(),
         attempts,
-        error,
+        _logged(error, item),
         due_at.isoformat(),
     )
     msg = item.msg.replace(extra=extra)
@@ -457,6 +457,12 @@ def _settle(item: queue.Queued, outcome: Outcome, write: Callable[[], object]) -
         logger.exception("could not settle message key=%s outcome=%s", item.key.hex(), outcome)
         return Outcome.FAILED
     return outcome
+
+
+def _logged(error: str, item: queue.Queued) -> str:
+    """An error as the log says it: whoever reads the log may not see what
+    `DEADLETTER_REDACT` masks, so the message's redacted values are masked in it."""
+    return redaction.scrubber(keys.queue_of(item.key), (item.msg,), reveal=False)(error)
 
 
 def last_error(exc: BaseException) -> str:

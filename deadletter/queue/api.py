@@ -82,7 +82,7 @@ def store_failed_msgs(queue: str, msg: Message) -> bytes:
             f"the message is {len(value):,} bytes, over DEADLETTER_MAX_ROW_BYTES "
             f"({conf.MAX_ROW_BYTES:,})"
         )
-    signature = signature_at_park(msg)
+    signature = signature_at_park(queue, msg)
     connection = sql.connection()
     private = False
     if connection.in_atomic_block or not connection.autocommit:  # attribute reads only

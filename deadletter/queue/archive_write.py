@@ -19,6 +19,7 @@ from deadletter.queue import limits
 from deadletter.queue.causes import LAST_ERROR_KEY, signature_of
 from deadletter.store import sql
 from deadletter.wire import codec
+from deadletter.wire.messages import Message
 
 __all__ = ["ACTOR_DRAIN", "REASONS", "archive_rows", "enabled", "last_error_of", "table"]
 
@@ -42,10 +43,17 @@ def enabled(queue: str) -> bool:
 def last_error_of(value: bytes) -> str:
     """The `LastError` of the first message of `value` that has one; "" when none
     does or the value does not decode (a corrupt row)."""
+    return _last_error_in(_decoded(value))
+
+
+def _decoded(value: bytes) -> list[Message]:
     try:
-        msgs = codec.decode(value)
+        return codec.decode(value)
     except codec.CodecError:
-        return ""
+        return []
+
+
+def _last_error_in(msgs: list[Message]) -> str:
     for msg in msgs:
         error = msg.extra.get(LAST_ERROR_KEY)
         if isinstance(error, str) and error:
@@ -73,8 +81,9 @@ def archive_rows(
     actor = actor[:ACTOR_MAX]
     params = []
     for key, value in rows:
-        error = "" if reason == ArchivedMessage.Reason.CORRUPT else last_error_of(value)
-        cause = signature_of(error)
+        msgs = [] if reason == ArchivedMessage.Reason.CORRUPT else _decoded(value)
+        error = _last_error_in(msgs)
+        cause = signature_of(error, queue=queue, msgs=msgs)
         params.append((bytes(key), queue, bytes(value), reason, actor, now, error, cause))
     query = sql.statement(
         connection,

@@ -4,15 +4,19 @@ The drain records `LastError` as `ExcClass: message`; the signature keeps the
 exception class and the message's words with every number, id and hex run
 replaced by `#`, so "timeout after 30 s on 10.0.0.7" and "timeout after 31 s
 on 10.0.0.9" group together. An HTTP status is the one number kept: a 500 and
-a 503 are two causes. Kept in an indexed column beside the row so the admin
-groups and filters by cause without decoding rows. No Django here.
+a 503 are two causes. A value `DEADLETTER_REDACT` masks in the failed message is
+masked in its signature (bare, so two addresses stay one cause): a signature is
+shown to every viewer of the queue and in alerts. Kept in an indexed column
+beside the row so the admin groups and filters by cause without decoding rows.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from http import HTTPStatus
 
+from deadletter.queue import redaction
 from deadletter.wire.messages import Message
 
 __all__ = ["LAST_ERROR_KEY", "MAX_SIGNATURE", "signature_at_park", "signature_of"]
@@ -60,10 +64,16 @@ def _folded(match: re.Match[str]) -> str:
     return "#"
 
 
-def signature_of(last_error: object) -> str | None:
-    """The cause of a recorded `LastError` text; None when there is none to group by."""
+def signature_of(
+    last_error: object, *, queue: str | None = None, msgs: Iterable[Message] = ()
+) -> str | None:
+    """The cause of a recorded `LastError` text; None when there is none to group by.
+    With the `queue` and the messages that failed, the values redaction masks in
+    them are masked in it first (`redaction.scrubber`)."""
     if not isinstance(last_error, str) or not last_error.strip():
         return None
+    if queue is not None:
+        last_error = redaction.scrubber(queue, msgs, reveal=False, lengths=False)(last_error)
     text = _VARIABLE.sub(_folded, last_error)
     text = _SPACES.sub(" ", text).strip()
     if len(text) > MAX_SIGNATURE:
@@ -71,10 +81,10 @@ def signature_of(last_error: object) -> str | None:
     return text
 
 
-def signature_at_park(msg: Message) -> str | None:
-    """The signature column of a row `msg` is parked as: the cause of its
+def signature_at_park(queue: str, msg: Message) -> str | None:
+    """The signature column of a row `msg` is parked as in `queue`: the cause of its
     `LastError` (a capture's, or a user's own), as the drain writes it after a
     failed attempt; None without one, so a park that carries no failure costs
     one dict lookup."""
     last_error = msg.extra.get(LAST_ERROR_KEY)
-    return None if last_error is None else signature_of(last_error)
+    return None if last_error is None else signature_of(last_error, queue=queue, msgs=(msg,))

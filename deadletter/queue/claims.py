@@ -112,7 +112,7 @@ def rewrite_msg(key: bytes, msg: Message, *, due_at: datetime | None = None) -> 
         value = codec.encode_one(msg)
     except (codec.CodecError, TypeError, ValueError) as exc:
         raise QueueingError from exc
-    signature = signature_of(msg.extra.get(LAST_ERROR_KEY))
+    signature = signature_of(msg.extra.get(LAST_ERROR_KEY), queue=keys.queue_of(key), msgs=(msg,))
     try:
         with _noting(connection, signature):
             changed = sql.write(
@@ -203,7 +203,7 @@ def drop_msg(
                 record_drop(connection, queue, reason)
                 if reason in _FAILURES:
                     incidents.note_failure(
-                        connection, queue, _drop_signature(msg, error), at=datetime.now(UTC)
+                        connection, queue, _drop_signature(queue, msg, error), at=datetime.now(UTC)
                     )
                 blob = archived if archived is not None else value
                 if blob is not None:
@@ -231,11 +231,11 @@ _FAILURES = frozenset({DropReason.PERMANENT, DropReason.MAX_ATTEMPTS})
 """The drops that are failures of a handler, each noted on its cause."""
 
 
-def _drop_signature(msg: Message | None, error: str | None) -> str | None:
+def _drop_signature(queue: str, msg: Message | None, error: str | None) -> str | None:
     """The cause of a dropping failure: `error`'s, else the message's `LastError`'s."""
-    if error is not None:
-        return signature_of(error)
-    return None if msg is None else signature_of(msg.extra.get(LAST_ERROR_KEY))
+    if error is None and msg is not None:
+        error = msg.extra.get(LAST_ERROR_KEY)
+    return signature_of(error, queue=queue, msgs=() if msg is None else (msg,))
 
 
 def _value_sql(connection: BaseDatabaseWrapper) -> str:

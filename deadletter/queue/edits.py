@@ -15,7 +15,7 @@ import dataclasses
 import hashlib
 import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import cbor2
@@ -25,7 +25,7 @@ from django.db import DatabaseError, transaction
 from deadletter.conf import conf
 from deadletter.exceptions import DeadletterError
 from deadletter.models import ArchivedMessage, HexKey, QueuedMessage
-from deadletter.queue import archive, browse, limits, seals
+from deadletter.queue import archive, browse, history, limits, redaction, seals
 from deadletter.queue.causes import signature_of
 from deadletter.queue.rows import ATTEMPTS_KEY, LAST_ERROR_KEY, QueueingError
 from deadletter.store import sql
@@ -180,8 +180,10 @@ def edit_msg(key: bytes, msg: Message, *, expected: str, actor: str) -> Edited:
             _refuse_fixed(changes)
             if not changes:
                 return Edited(key, expected, old, ())
-            msg = msg.replace(queued_at=old.queued_at)
+            left = redaction.left_behind(queue, old, msg)
+            msg = msg.replace(queued_at=old.queued_at, extra=_rewritten(msg.extra, left))
             value = _encoded(msg)
+            history.rewrite_errors(connection, key, left)
             archive.archive_rows(
                 connection, queue, [(key, old_value)], ArchivedMessage.Reason.EDITED, actor
             )
@@ -192,7 +194,7 @@ def edit_msg(key: bytes, msg: Message, *, expected: str, actor: str) -> Edited:
                     "UPDATE {table} SET value = %s, signature = %s, due_at = NULL,"
                     " search_pending = 1 WHERE {key} = %s",
                 ),
-                (value, signature_of(msg.extra.get(LAST_ERROR_KEY)), key),
+                (value, signature_of(msg.extra.get(LAST_ERROR_KEY), queue=queue, msgs=(msg,)), key),
             )
     except DatabaseError as exc:
         logger.exception("edit failed key=%s", key.hex())
@@ -228,6 +230,14 @@ def _refuse_fixed(changes: tuple[Change, ...]) -> None:
         name = change.name.removeprefix("extra.")
         if change.name.startswith("extra.") and name in fixed:
             raise EditRefused(f"{name!r} is not editable: {fixed[name]}", change.name)
+
+
+def _rewritten(extra: dict[str, Any], rewrite: Callable[[str], str]) -> dict[str, Any]:
+    """`extra` with its `LastError` through `rewrite` (`redaction.left_behind`)."""
+    error = extra.get(LAST_ERROR_KEY)
+    if not isinstance(error, str):
+        return extra
+    return {**extra, LAST_ERROR_KEY: rewrite(error)}
 
 
 def _encoded(msg: Message) -> bytes:
@@ -289,6 +299,13 @@ def _same(a: Any, b: Any) -> bool:
         return bool(a == b)
 
 
+def _field(msg: Message, name: str) -> Any:
+    """The value a `Change` named `name` (`subject`, `extra.Key`) has in `msg`."""
+    if name.startswith("extra."):
+        return msg.extra.get(name.removeprefix("extra."))
+    return getattr(msg, name)
+
+
 def shown(value: Any, limit: int = SHOWN_CHARS) -> str:
     """A value as the audit log keeps it: times as Go's text, the rest as JSON
     (`jsonvalues`' form), cut to `limit` characters."""
@@ -303,11 +320,28 @@ def shown(value: Any, limit: int = SHOWN_CHARS) -> str:
 
 def audit(user: Any, edited: Edited, *, note: str = "") -> None:
     """A `LogEntry` naming `user` on the message, in its admin History: each
-    changed field with its old and new value (cut). Nothing without the admin
-    app or a user."""
+    changed field with its old and new value (cut), masked where `DEADLETTER_REDACT`
+    masks it (whoever reads the History). Nothing without the admin app or a user."""
     if user is None or not apps.is_installed("django.contrib.admin"):
         return
-    parts = [f"{c.name}: {shown(c.old)} → {shown(c.new)}" for c in edited.changes]
+    queue = keys.queue_of(edited.key)
+    before = edited.msg.replace(
+        **{c.name: c.old for c in edited.changes if not c.name.startswith("extra.")},
+        extra={
+            **edited.msg.extra,
+            **{
+                c.name.removeprefix("extra."): c.old
+                for c in edited.changes
+                if c.name.startswith("extra.")
+            },
+        },
+    )
+    old = redaction.redacted(before, queue, reveal=False)
+    new = redaction.redacted(edited.msg, queue, reveal=False)
+    parts = [
+        f"{c.name}: {shown(_field(old, c.name))} → {shown(_field(new, c.name))}"
+        for c in edited.changes
+    ]
     text = "Edited: " + ("; ".join(parts) or "nothing changed") + note
     log_entry: Any = apps.get_model("admin", "LogEntry")
     log_entry.objects.log_actions(

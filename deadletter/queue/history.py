@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -31,6 +32,7 @@ __all__ = [
     "forget",
     "move",
     "record_attempt",
+    "rewrite_errors",
 ]
 
 KEEP = 20
@@ -164,6 +166,20 @@ def copy(connection: BaseDatabaseWrapper, old: bytes, new: bytes) -> int:
     if copies:
         attempts.bulk_create(copies)
     return len(copies)
+
+
+def rewrite_errors(
+    connection: BaseDatabaseWrapper, key: bytes, rewrite: Callable[[str], str]
+) -> int:
+    """Each recorded error of `key` through `rewrite`, in the caller's transaction (an
+    edit masking what the message no longer holds); how many changed."""
+    attempts = Attempt.objects.using(connection.alias).filter(key=bytes(key))
+    changed = 0
+    for attempt_id, error in attempts.values_list("id", "error"):
+        new = rewrite(error)
+        if new != error:
+            changed += attempts.filter(id=attempt_id).update(error=new)
+    return changed
 
 
 def attempts_of(key: bytes) -> list[AttemptRecord]:

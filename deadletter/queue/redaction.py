@@ -6,17 +6,20 @@ A name is a message part (`subject`, `username`, `descriptions`, `fields`,
 `skip_recipients`; a list part's item by index, `fields[0]`), else an extra key
 (`card_number`), dotted into a map or a JSON object held by that key
 (`CeleryKwargs.email`). Lists are masked item by item, maps value by value, so
-the shape (how many, which keys) stays readable. The stored row never changes:
-redaction is a view.
+the shape (how many, which keys) stays readable. A redacted value quoted by
+another text of the message (an error that names the address it failed on) is
+masked there too, and so in the error texts kept beside the row (`scrubber`).
+The stored row never changes: redaction is a view.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import functools
 import json
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from django.core.signals import setting_changed
@@ -35,6 +38,8 @@ __all__ = [
     "redacted",
     "redacted_names",
     "reveals",
+    "left_behind",
+    "scrubber",
     "setting_problems",
 ]
 
@@ -45,8 +50,16 @@ LIST_PARTS = ("descriptions", "fields", "skip_recipients")
 # Parts that hold no personal data a mask could stand for (times, the event code).
 UNMASKABLE = ("timestamp", "queued_at", "code")
 
+SCRUB_MIN = 4
+"""The fewest characters a redacted value has for other texts to be scrubbed of it:
+a shorter one (a count, a flag, `"yes"`) would mask every such word of a traceback."""
+
 _INDEXED = re.compile(r"^([a-z_]+)\[(\d+)\]$")
+# A mask already in a text (`••• (16)`, or a signature's bare `•••`): skipped whole,
+# so a redacted value that is a number never masks the length inside a mask.
+_MASKED = f"{MASK}(?: \\(\\d+\\))?"
 Rules = Callable[[str, Message], Iterable[str]]
+Scrub = Callable[[str], str]
 
 
 class RedactionError(ValueError):
@@ -243,12 +256,14 @@ def _masked_at(value: Any, path: tuple[str, ...]) -> Any:
 
 def redacted(msg: Message, queue: str, *, reveal: bool) -> Message:
     """`msg` as a user sees it: `msg` itself when they may reveal or nothing of
-    `queue` is redacted, else a copy with every redacted value masked."""
+    `queue` is redacted, else a copy with every redacted value masked, and every
+    other text of it (its `LastError`, a traceback, a subject) scrubbed of them."""
     if reveal:
         return msg
     names = _names_of(queue, msg)
     if not names:
         return msg
+    scrub = _scrub_of(_hidden(msg, names), lengths=True)
     copy = msg.replace()
     for name in names:
         if name.part is not None:
@@ -259,6 +274,11 @@ def redacted(msg: Message, queue: str, *, reveal: bool) -> Message:
                 value[name.index] = mask(value[name.index])
         elif name.key is not None and name.key in copy.extra:
             copy.extra[name.key] = _masked_at(copy.extra[name.key], name.path)
+    if scrub is None:
+        return copy
+    for part in (*TEXT_PARTS, *LIST_PARTS):
+        setattr(copy, part, _scrubbed_in(getattr(copy, part), scrub))
+    copy.extra = {k: _scrubbed_in(v, scrub) for k, v in copy.extra.items()}
     return copy
 
 
@@ -267,3 +287,130 @@ def redacted_all(msgs: list[Message], queue: str, *, reveal: bool) -> list[Messa
     if reveal or _setting() is None:
         return msgs
     return [redacted(msg, queue, reveal=False) for msg in msgs]
+
+
+def scrubber(
+    queue: str, msgs: Iterable[Message] | None, *, reveal: bool, lengths: bool = True
+) -> Scrub:
+    """What a text kept beside the messages of a row of `queue` (an attempt's error,
+    the archive's last error, a cause's signature) shows: each of their redacted
+    values it quotes masked, with its length unless `lengths` is False (a signature,
+    where two addresses must still be one cause). The text itself for a user who
+    may reveal, and when nothing is redacted (no copy, no regex)."""
+    if reveal or not msgs or _setting() is None:
+        return _as_it_is
+    hidden: set[str] = set()
+    for msg in msgs:
+        hidden.update(_hidden(msg, _names_of(queue, msg)))
+    return _scrub_of(hidden, lengths=lengths) or _as_it_is
+
+
+def left_behind(queue: str, old: Message, new: Message) -> Scrub:
+    """Masks (with their lengths) the redacted values of `old` that `new` no longer
+    holds: an edit that mends an address leaves the old one quoted in the errors of
+    the attempts it failed, where `new` can no longer tell it is to be masked."""
+    gone = _hidden(old, _names_of(queue, old)) - _hidden(new, _names_of(queue, new))
+    return _scrub_of(gone, lengths=True) or _as_it_is
+
+
+def _as_it_is(text: str) -> str:
+    return text
+
+
+def _hidden(msg: Message, names: Iterable[Name]) -> set[str]:
+    """The texts of the values `names` mask in `msg`, those long enough to look for."""
+    found: set[str] = set()
+    for name in names:
+        if name.part is not None:
+            value = getattr(msg, name.part)
+            if name.index is not None:
+                value = value[name.index] if value is not None and name.index < len(value) else None
+        elif name.key is not None and name.key in msg.extra:
+            value = _value_at(msg.extra[name.key], name.path)
+        else:
+            continue
+        found.update(text for text in _texts_in(value) if len(text) >= SCRUB_MIN)
+    return found
+
+
+def _value_at(value: Any, path: tuple[str, ...]) -> Any:
+    """What `_masked_at(value, path)` masks; None when nothing is there."""
+    for step in path:
+        if isinstance(value, str):
+            try:
+                value = json.loads(value)
+            except ValueError:
+                return None
+        if not isinstance(value, Mapping) or step not in value:
+            return None
+        value = value[step]
+    return value
+
+
+def _texts_in(value: Any) -> Iterator[str]:
+    """Each leaf of a value as the text another text would quote it by."""
+    if value is None or isinstance(value, bool):
+        return
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, list | tuple):
+        for item in value:
+            yield from _texts_in(item)
+    elif isinstance(value, Mapping):
+        for item in value.values():
+            yield from _texts_in(item)
+    elif isinstance(value, bytes | bytearray | memoryview):
+        yield bytes(value).decode("utf-8", errors="replace")
+    else:
+        yield str(value)
+
+
+def _scrub_of(hidden: Iterable[str], *, lengths: bool) -> Scrub | None:
+    """A function masking each of `hidden` where a text quotes it as a whole word
+    (a value starting or ending with a letter or digit is not looked for inside a
+    longer word), whatever its case; None for nothing to look for. Most texts quote
+    none: a lowercase containment test answers for them before any regex is built."""
+    words = sorted(set(hidden), key=len, reverse=True)
+    if not words:
+        return None
+    lowered = [word.lower() for word in words]
+    compiled: list[re.Pattern[str]] = []
+
+    def masked(match: re.Match[str]) -> str:
+        if match.group(1) is not None:
+            return match.group(1)
+        return mask(match.group()) if lengths else MASK
+
+    def scrub(text: str) -> str:
+        low = text.lower()
+        if not any(word in low for word in lowered):
+            return text
+        if not compiled:
+            compiled.append(_pattern_of(tuple(words)))
+        return compiled[0].sub(masked, text)
+
+    return scrub
+
+
+@functools.lru_cache(maxsize=256)
+def _pattern_of(words: tuple[str, ...]) -> re.Pattern[str]:
+    """A mask already there (kept), else any of `words` as a whole word, any case
+    (kept for the next row of the same customer, or the same row's next text)."""
+    alternatives = "|".join(
+        ("(?<!\\w)" if re.match(r"\w", word) else "")
+        + re.escape(word)
+        + ("(?!\\w)" if re.search(r"\w$", word) else "")
+        for word in words
+    )
+    return re.compile(f"({_MASKED})|{alternatives}", re.IGNORECASE)
+
+
+def _scrubbed_in(value: Any, scrub: Scrub) -> Any:
+    """`value` with `scrub` applied to each text in it (lists and maps copied)."""
+    if isinstance(value, str):
+        return scrub(value)
+    if isinstance(value, list):
+        return [_scrubbed_in(item, scrub) for item in value]
+    if isinstance(value, dict):
+        return {k: _scrubbed_in(v, scrub) for k, v in value.items()}
+    return value

@@ -11,26 +11,26 @@ import pytest
 from django.contrib.auth.models import Permission, User
 from django.test import Client
 
-from deadletter.models import ArchivedMessage, QueuedMessage
+from deadletter.drain import Drainer
+from deadletter.models import ArchivedMessage, Cause, QueuedMessage
 from deadletter.queue import archive
 from deadletter.wire import codec
 from tests.admin.test_admin import CHANGELIST, Page, message_link, open_page
 from tests.admin.test_admin_archive import ARCHIVE, entry_link
+from tests.admin.test_admin_causes import CAUSES
 from tests.admin.test_admin_edit import FormPage
 from tests.admin.test_admin_search import searched
-from tests.factories import park, table_rows
+from tests.factories import BILLING_REDACT, CARD, EMAIL, park, park_refund, table_rows
 
 pytestmark = pytest.mark.django_db
 
 VIEWER = ("view_queuedmessage", "view_archivedmessage", "change_queuedmessage")
 HOLDER = (*VIEWER, "view_unredacted_queuedmessage")
-EMAIL = "ada@example.com"
-CARD = "4111111111111111"
 
 
 @pytest.fixture(autouse=True)
 def redact(settings: Any) -> None:
-    settings.DEADLETTER_REDACT = {"billing.*": ["username", "fields[0]", "CeleryKwargs.email"]}
+    settings.DEADLETTER_REDACT = BILLING_REDACT
     settings.DEADLETTER_HANDLERS = {
         "billing.refunds": {"handler": "tests.factories.ok_handler", "editable": True}
     }
@@ -42,17 +42,6 @@ def client_with(codenames: tuple[str, ...]) -> Client:
     client = Client()
     client.force_login(user)
     return client
-
-
-def parked_refund(subject: str = "refund failed") -> bytes:
-    (key,) = park(
-        subject,
-        queue="billing.refunds",
-        username=EMAIL,
-        fields=[CARD, "12/30"],
-        extra={"CeleryKwargs": {"email": EMAIL, "amount": 12}},
-    )
-    return key
 
 
 def listed(page: Page) -> list[str]:
@@ -70,7 +59,7 @@ def message_page(client: Client, key: bytes) -> Page:
 
 
 def test_a_viewer_sees_the_mask_and_its_length_on_the_list_and_the_page() -> None:
-    key = parked_refund()
+    key = park_refund()
     viewer = client_with(VIEWER)
     listing = open_page(viewer, CHANGELIST)
     assert "••• (15)" in listing.text and EMAIL not in listing.text
@@ -81,7 +70,7 @@ def test_a_viewer_sees_the_mask_and_its_length_on_the_list_and_the_page() -> Non
 
 
 def test_a_holder_of_the_permission_sees_the_values() -> None:
-    key = parked_refund()
+    key = park_refund()
     holder = client_with(HOLDER)
     assert EMAIL in open_page(holder, CHANGELIST).text
     page = message_page(holder, key)
@@ -94,7 +83,7 @@ def test_a_queue_no_pattern_names_shows_its_values() -> None:
 
 
 def test_the_archive_masks_for_a_viewer_and_shows_to_a_holder() -> None:
-    key = parked_refund()
+    key = park_refund()
     archive.discard(key, actor="alice")
     (entry,) = ArchivedMessage.objects.all()
     viewer, holder = client_with(VIEWER), client_with(HOLDER)
@@ -105,7 +94,7 @@ def test_the_archive_masks_for_a_viewer_and_shows_to_a_holder() -> None:
 
 
 def test_the_search_never_matches_a_redacted_value_for_a_viewer() -> None:
-    parked_refund("refund one")
+    park_refund("refund one")
     park("ada wrote", queue="billing.refunds", username="someone")
     viewer, holder = client_with(VIEWER), client_with(HOLDER)
     assert listed(searched(viewer, CARD)) == []
@@ -115,7 +104,7 @@ def test_the_search_never_matches_a_redacted_value_for_a_viewer() -> None:
 
 
 def test_the_edit_form_shows_a_redacted_field_masked_read_only_and_keeps_it() -> None:
-    key = parked_refund()
+    key = park_refund()
     viewer = client_with(VIEWER)
     page = FormPage(viewer.get(message_page(viewer, key).link("Edit"), follow=True))
     form = page.form_with("etag")
@@ -132,7 +121,7 @@ def test_the_edit_form_shows_a_redacted_field_masked_read_only_and_keeps_it() ->
 
 
 def test_a_holder_edits_a_redacted_field() -> None:
-    key = parked_refund()
+    key = park_refund()
     holder = client_with(HOLDER)
     page = FormPage(holder.get(message_page(holder, key).link("Edit"), follow=True))
     form = page.form_with("etag")
@@ -143,7 +132,7 @@ def test_a_holder_edits_a_redacted_field() -> None:
 
 
 def test_the_archive_search_never_matches_a_redacted_value_for_a_viewer() -> None:
-    archive.discard(parked_refund(), actor="alice")
+    archive.discard(park_refund(), actor="alice")
     viewer, holder = client_with(VIEWER), client_with(HOLDER)
 
     def found(client: Client) -> int:
@@ -152,3 +141,99 @@ def test_the_archive_search_never_matches_a_redacted_value_for_a_viewer() -> Non
 
     assert found(viewer) == 0
     assert found(holder) == 1
+
+
+# --- error texts that quote a redacted value ------------------------------------------
+
+
+def failed_refund(settings: Any) -> bytes:
+    """A refund whose handler failed once, its error quoting the customer's address."""
+    settings.DEADLETTER_HANDLERS = {
+        "billing.refunds": {"handler": "tests.factories.refusing_handler", "editable": True}
+    }
+    key = park_refund()
+    Drainer().run()
+    return key
+
+
+def test_an_error_quoting_a_redacted_value_is_masked_on_the_list_and_the_page(
+    settings: Any,
+) -> None:
+    key = failed_refund(settings)
+    viewer, holder = client_with(VIEWER), client_with(HOLDER)
+    assert EMAIL not in open_page(viewer, CHANGELIST).text
+    page = message_page(viewer, key)
+    assert EMAIL not in page.text
+    assert page.text.count("&lt;••• (15)&gt; refused") == 2  # LastError and the timeline
+    page = message_page(holder, key)
+    assert page.text.count(f"&lt;{EMAIL}&gt; refused") == 2
+
+
+def test_an_error_quoting_a_redacted_value_is_masked_in_the_archive(settings: Any) -> None:
+    archive.discard(failed_refund(settings), actor="alice")
+    (entry,) = ArchivedMessage.objects.all()
+    viewer, holder = client_with(VIEWER), client_with(HOLDER)
+    listing = open_page(viewer, ARCHIVE)
+    assert "••• (15)&gt; refused" in listing.text and EMAIL not in listing.text
+    page = open_page(viewer, entry_link(listing, entry))
+    assert EMAIL not in page.text and "&lt;••• (15)&gt; refused" in page.text
+    page = open_page(holder, entry_link(open_page(holder, ARCHIVE), entry))
+    assert f"&lt;{EMAIL}&gt; refused" in page.text
+
+
+def test_a_cause_never_quotes_a_redacted_value(settings: Any, admin_client: Client) -> None:
+    """A signature is shown to everyone who sees the queue, and in alerts: it is
+    written masked, bare, so two customers' refusals are one cause."""
+    failed_refund(settings)
+    (key,) = park("refund two", queue="billing.refunds", username="bob.smith@example.org")
+    Drainer().run()
+    (cause,) = Cause.objects.all()
+    assert cause.signature == "RecipientRefused: <•••> refused: # # no such user"
+    assert cause.count == 3
+    causes = open_page(admin_client, CAUSES)
+    assert "&lt;•••&gt; refused" in causes.text and EMAIL not in causes.text
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_retry_logged_by_a_holder_shows_the_error_masked_in_history(settings: Any) -> None:
+    """A `LogEntry` is read by whoever opens the History: it keeps the masked text."""
+    key = failed_refund(settings)
+    holder = client_with((*HOLDER, "drain_queuedmessage"))
+    page = message_page(holder, key)
+    action = page.text.split('formaction="')[1].split('"')[0]
+    back = page.submit(holder, {**page.forms[0], "action": action})
+    history = open_page(holder, back.link("History"))
+    assert "Retried: failed: RecipientRefused: &lt;••• (15)&gt; refused" in history.text
+    assert EMAIL not in history.text
+
+
+def test_an_edit_of_a_redacted_value_is_logged_masked(settings: Any) -> None:
+    key = park_refund()
+    holder = client_with(HOLDER)
+    page = FormPage(holder.get(message_page(holder, key).link("Edit"), follow=True))
+    done = page.press(holder, page.form_with("etag"), "Save", username="bob@example.com")
+    history = open_page(holder, done.link("History"))
+    assert 'username: "••• (15)" → "••• (15)"' in history.text.replace("&quot;", '"')
+    assert EMAIL not in history.text and "bob@example.com" not in history.text
+
+
+def test_an_edit_that_mends_a_redacted_value_masks_the_old_one_in_its_errors(
+    settings: Any,
+) -> None:
+    """The errors quote the address the message no longer holds: masked for every
+    viewer once edited; the archive's `edited` entry keeps it for a holder."""
+    settings.DEADLETTER_HANDLERS = {
+        "billing.refunds": {"handler": "tests.factories.refusing_handler", "editable": True}
+    }
+    (key,) = park("refund failed", queue="billing.refunds", username=EMAIL)
+    Drainer().run()
+    holder = client_with(HOLDER)
+    page = FormPage(holder.get(message_page(holder, key).link("Edit"), follow=True))
+    page.press(holder, page.form_with("etag"), "Save", username="ada@example.org")
+    for client in (holder, client_with(VIEWER)):
+        shown = message_page(client, key)
+        assert EMAIL not in shown.text
+        assert shown.text.count("&lt;••• (15)&gt; refused") == 2
+    (entry,) = ArchivedMessage.objects.filter(reason=ArchivedMessage.Reason.EDITED)
+    original = open_page(holder, entry_link(open_page(holder, ARCHIVE), entry))
+    assert f"&lt;{EMAIL}&gt; refused" in original.text

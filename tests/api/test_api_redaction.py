@@ -10,25 +10,22 @@ import pytest
 from django.contrib.auth.models import Permission, User
 from rest_framework.test import APIClient
 
+from deadletter.drain import Drainer
 from deadletter.models import Redrive
 from deadletter.queue import archive
 from deadletter.wire import keys
-from tests.factories import park
+from tests.factories import BILLING_REDACT, CARD, EMAIL, park, park_refund
 
 pytestmark = pytest.mark.django_db
 
 API = "/api/deadletter"
 VIEWER = ("view_queuedmessage", "view_archivedmessage")
 HOLDER = (*VIEWER, "view_unredacted_queuedmessage")
-EMAIL = "ada@example.com"
-CARD = "4111111111111111"
 
 
 @pytest.fixture(autouse=True)
 def redact(settings: Any) -> None:
-    settings.DEADLETTER_REDACT = {
-        "billing.*": ["username", "fields[0]", "CeleryKwargs.email", "card_number"]
-    }
+    settings.DEADLETTER_REDACT = BILLING_REDACT
 
 
 def client_with(codenames: tuple[str, ...]) -> APIClient:
@@ -37,17 +34,6 @@ def client_with(codenames: tuple[str, ...]) -> APIClient:
     client = APIClient()
     client.force_login(user)
     return client
-
-
-def parked_refund(subject: str = "refund failed") -> bytes:
-    (key,) = park(
-        subject,
-        queue="billing.refunds",
-        username=EMAIL,
-        fields=[CARD, "12/30"],
-        extra={"CeleryKwargs": {"email": EMAIL, "amount": 12}, "card_number": CARD},
-    )
-    return key
 
 
 def shown(body: dict[str, Any]) -> tuple[Any, ...]:
@@ -61,7 +47,7 @@ PLAIN = (EMAIL, [CARD, "12/30"], EMAIL)
 
 @pytest.mark.parametrize(("codenames", "expected"), [(VIEWER, MASKED), (HOLDER, PLAIN)])
 def test_a_message_and_a_queues_rows(codenames: tuple[str, ...], expected: Any) -> None:
-    key = parked_refund()
+    key = park_refund()
     api = client_with(codenames)
     assert shown(api.get(f"{API}/messages/{keys.to_text(key)}/").json()) == expected
     (row,) = api.get(f"{API}/queues/billing.refunds/messages/").json()["results"]
@@ -70,7 +56,7 @@ def test_a_message_and_a_queues_rows(codenames: tuple[str, ...], expected: Any) 
 
 @pytest.mark.parametrize(("codenames", "expected"), [(VIEWER, MASKED), (HOLDER, PLAIN)])
 def test_an_archived_entry_and_the_archive_list(codenames: tuple[str, ...], expected: Any) -> None:
-    key = parked_refund()
+    key = park_refund()
     archive.discard(key, actor="alice")
     api = client_with(codenames)
     assert shown(api.get(f"{API}/archive/{keys.to_text(key)}/").json()) == expected
@@ -79,7 +65,7 @@ def test_an_archived_entry_and_the_archive_list(codenames: tuple[str, ...], expe
 
 
 def test_the_search_never_matches_a_redacted_value_for_a_viewer() -> None:
-    parked_refund()
+    park_refund()
     park("ada wrote", queue="billing.refunds", username="someone")
 
     def subjects(api: APIClient, q: str, path: str) -> list[str]:
@@ -101,7 +87,7 @@ def test_an_edit_of_a_redacted_value_is_refused_to_a_viewer(settings: Any, chang
     settings.DEADLETTER_HANDLERS = {
         "billing.refunds": {"handler": "tests.factories.ok_handler", "editable": True}
     }
-    key = parked_refund()
+    key = park_refund()
     url = f"{API}/messages/{keys.to_text(key)}/"
     viewer = client_with((*VIEWER, "change_queuedmessage"))
     holder = client_with((*HOLDER, "change_queuedmessage"))
@@ -118,7 +104,7 @@ def test_an_edit_of_a_redacted_value_is_refused_to_a_viewer(settings: Any, chang
 
 def test_a_redrive_planned_by_a_viewer_never_matches_a_redacted_value(settings: Any) -> None:
     settings.DEADLETTER_HANDLERS = {"billing.refunds": "tests.factories.ok_handler"}
-    parked_refund()
+    park_refund()
     park("ada wrote", queue="billing.refunds", username="someone")
     planner = ("redrive_queuedmessage",)
     viewer, holder = client_with((*VIEWER, *planner)), client_with((*HOLDER, *planner))
@@ -134,3 +120,27 @@ def test_a_redrive_planned_by_a_viewer_never_matches_a_redacted_value(settings: 
     assert matched(viewer, "ada")["matched"] == 1  # the unmasked subject still matches
     stored = matched(viewer, CARD, dry_run=False)
     assert Redrive.objects.get(pk=stored["id"]).reveal is False
+
+
+@pytest.mark.parametrize(("codenames", "address"), [(VIEWER, "••• (15)"), (HOLDER, EMAIL)])
+def test_an_error_quoting_a_redacted_value(
+    settings: Any, codenames: tuple[str, ...], address: str
+) -> None:
+    """The LastError, the attempts' errors and the archive's last error quote the
+    address as the user may see it."""
+    settings.DEADLETTER_HANDLERS = {"billing.refunds": "tests.factories.refusing_handler"}
+    key = park_refund()
+    Drainer().run()
+    error = f"RecipientRefused: <{address}> refused: 550 5.1.1 no such user"
+    api = client_with(codenames)
+    body = api.get(f"{API}/messages/{keys.to_text(key)}/").json()
+    assert body["messages"][0]["extra"]["LastError"] == error
+    assert [a["error"] for a in body["attempts_history"]] == [error]
+    (row,) = api.get(f"{API}/messages/").json()["results"]
+    assert row["messages"][0]["extra"]["LastError"] == error
+    archive.discard(key, actor="alice")
+    entry = api.get(f"{API}/archive/{keys.to_text(key)}/").json()
+    assert entry["last_error"] == error
+    assert [a["error"] for a in entry["attempts_history"]] == [error]
+    (listed,) = api.get(f"{API}/archive/").json()["results"]
+    assert listed["last_error"] == error

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from deadletter.queue import rows
@@ -91,12 +93,24 @@ def test_a_status_stays_while_the_numbers_and_ids_around_it_fold() -> None:
 
 def test_a_park_with_a_last_error_has_its_signature_and_one_without_has_none() -> None:
     failed = Message(subject="s", extra={LAST_ERROR_KEY: "ConnectionError: timeout after 30 s"})
-    assert signature_at_park(failed) == "ConnectionError: timeout after # s"
-    assert signature_at_park(failed) == signature_of(failed.extra[LAST_ERROR_KEY])
-    assert signature_at_park(Message(subject="s")) is None
-    assert signature_at_park(Message(subject="s", extra={"order_id": 7})) is None
-    assert signature_at_park(Message(subject="s", extra={LAST_ERROR_KEY: 42})) is None
+    assert signature_at_park("q", failed) == "ConnectionError: timeout after # s"
+    assert signature_at_park("q", failed) == signature_of(failed.extra[LAST_ERROR_KEY])
+    assert signature_at_park("q", Message(subject="s")) is None
+    assert signature_at_park("q", Message(subject="s", extra={"order_id": 7})) is None
+    assert signature_at_park("q", Message(subject="s", extra={LAST_ERROR_KEY: 42})) is None
 
 
 def test_the_park_reads_the_key_the_drain_records_the_failure_under() -> None:
     assert LAST_ERROR_KEY == rows.LAST_ERROR_KEY
+
+
+def test_a_redacted_value_is_masked_bare_so_two_customers_are_one_cause(settings: Any) -> None:
+    settings.DEADLETTER_REDACT = {"billing.*": ["username"]}
+
+    def refused(address: str) -> Message:
+        return Message(username=address, extra={LAST_ERROR_KEY: f"Refused: <{address}> unknown"})
+
+    ada, bob = refused("ada@example.com"), refused("bob.smith@example.org")
+    assert signature_at_park("billing.mail", ada) == "Refused: <•••> unknown"
+    assert signature_at_park("billing.mail", bob) == "Refused: <•••> unknown"
+    assert signature_at_park("support", ada) == "Refused: <ada@example.com> unknown"

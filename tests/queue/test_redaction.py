@@ -121,3 +121,65 @@ def test_reveals_is_the_permission(django_user_model: Any) -> None:
     user.user_permissions.add(Permission.objects.get(codename="view_unredacted_queuedmessage"))
     user = django_user_model.objects.get(pk=user.pk)
     assert redaction.reveals(user)
+
+
+# --- other texts quoting a redacted value -----------------------------------------
+
+
+def refused(text: str) -> Message:
+    msg = message()
+    return msg.replace(extra={**msg.extra, "LastError": text})
+
+
+def test_a_text_quoting_a_redacted_value_shows_it_masked(settings: Any) -> None:
+    settings.DEADLETTER_REDACT = {"billing.*": ["username", "fields[0]"]}
+    msg = refused("RecipientRefused: <ADA@example.com> refused; card 4111111111111111 declined")
+    shown = redacted(msg, "billing.refunds", reveal=False)
+    assert (
+        shown.extra["LastError"] == "RecipientRefused: <••• (15)> refused; card ••• (16) declined"
+    )
+    assert shown.extra["CeleryKwargs"]["email"] == "••• (15)"  # the same value, unnamed
+    assert (
+        redacted(msg, "billing.refunds", reveal=True).extra["LastError"] == msg.extra["LastError"]
+    )
+    assert msg == refused(msg.extra["LastError"])
+
+
+def test_a_value_is_looked_for_as_a_whole_word(settings: Any) -> None:
+    settings.DEADLETTER_REDACT = {"*": ["username"]}
+    scrub = redaction.scrubber("q", [Message(username="ada1")], reveal=False)
+    assert (
+        scrub("ada1 failed; ada12 and xada1 did not") == "••• (4) failed; ada12 and xada1 did not"
+    )
+
+
+def test_a_value_shorter_than_scrub_min_is_masked_but_not_looked_for(settings: Any) -> None:
+    settings.DEADLETTER_REDACT = {"*": ["username"]}
+    msg = Message(username="bob", extra={"LastError": "bob: no such user"})
+    shown = redacted(msg, "q", reveal=False)
+    assert shown.username == "••• (3)"
+    assert shown.extra["LastError"] == "bob: no such user"
+    assert len("bob") < redaction.SCRUB_MIN
+
+
+def test_a_mask_is_never_masked_again(settings: Any) -> None:
+    """A redacted number that is also a mask's length (`••• (2015)`) leaves the mask."""
+    settings.DEADLETTER_REDACT = {"*": ["fields"]}
+    msg = Message(fields=["2015", "x" * 2015], extra={"LastError": "year 2015"})
+    shown = redacted(msg, "q", reveal=False)
+    assert shown.fields == ["••• (4)", "••• (2015)"]
+    assert shown.extra["LastError"] == "year ••• (4)"
+    scrub = redaction.scrubber("q", [msg], reveal=False)
+    assert scrub("••• (2015) in 2015") == "••• (2015) in ••• (4)"
+
+
+def test_a_scrubber_leaves_the_text_when_nothing_applies(settings: Any) -> None:
+    text = "RecipientRefused: <ada@example.com>"
+    settings.DEADLETTER_REDACT = None
+    assert redaction.scrubber("billing.x", [message()], reveal=False)(text) == text
+    settings.DEADLETTER_REDACT = {"billing.*": ["username"]}
+    assert redaction.scrubber("mail.out", [message()], reveal=False)(text) == text
+    assert redaction.scrubber("billing.x", [message()], reveal=True)(text) == text
+    assert redaction.scrubber("billing.x", None, reveal=False)(text) == text
+    masked = redaction.scrubber("billing.x", [message()], reveal=False, lengths=False)
+    assert masked(text) == "RecipientRefused: <•••>"

@@ -242,7 +242,7 @@ def test_a_row_loaded_with_its_last_error_gets_its_cause_from_the_indexer() -> N
     assert QueuedMessage.objects.get(key=key).signature is None
     index_pending()
     assert QueuedMessage.objects.get(key=key).signature == signature_at_park(
-        codec.decode_single(value)
+        keys.queue_of(key), codec.decode_single(value)
     )
 
 

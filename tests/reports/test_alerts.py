@@ -29,7 +29,7 @@ from deadletter.queue import incidents
 from deadletter.reports.alerts import evaluate as evaluation
 from deadletter.reports.alerts import state
 from deadletter.reports.alerts.evaluate import evaluate
-from tests.factories import park, park_aged
+from tests.factories import BILLING_REDACT, EMAIL, park, park_aged, park_refund
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -359,3 +359,19 @@ def test_a_redacted_value_never_appears_in_an_alert(settings: Any) -> None:
     said += [json.dumps(alert.as_json()) for alert in done.alerts]
     for value in secret_values:
         assert not any(value in text for text in said)
+
+
+def test_an_error_quoting_a_redacted_value_is_masked_in_the_alert(settings: Any) -> None:
+    """The cause's signature, which an alert's title carries, is written with the
+    values DEADLETTER_REDACT names masked: two customers' refusals are one cause."""
+    settings.DEADLETTER_REDACT = BILLING_REDACT
+    settings.DEADLETTER_HANDLERS = {"billing.refunds": "tests.factories.refusing_handler"}
+    park_refund()
+    park("refund two", queue="billing.refunds", username="bob.smith@example.org")
+    drain()
+    done = evaluate()
+    assert done.sent == 1
+    (message,) = mail.outbox
+    assert "RecipientRefused: <•••> refused" in message.subject + message.body
+    said = message.subject + message.body + json.dumps(done.alerts[0].as_json())
+    assert EMAIL not in said and "bob.smith@example.org" not in said

@@ -26,7 +26,7 @@ from deadletter.models import SearchTerm
 from deadletter.queue.causes import signature_at_park
 from deadletter.queue.search.words import terms_of
 from deadletter.store import sql
-from deadletter.wire import codec
+from deadletter.wire import codec, keys
 from deadletter.wire.messages import Message
 
 __all__ = [
@@ -112,7 +112,7 @@ def _index_batch(connection: BaseDatabaseWrapper, rows: list[tuple], clear: str)
         postings.extend((key, term) for term in terms_of(msgs))
         # A row written with its LastError by a path that could not say its cause
         # (the SQLite spool, a load, an import) gets it here, as a park would.
-        cause = signature_at_park(msgs[0]) if len(msgs) == 1 else None
+        cause = signature_at_park(keys.queue_of(key), msgs[0]) if len(msgs) == 1 else None
         settled.append((cause, key, value))
         if len(postings) >= _BATCH_POSTINGS or time.monotonic() - started >= _BATCH_SECONDS:
             break
