@@ -46,7 +46,7 @@ from deadletter.drain.timeouts import HungHandlers, TimeLimit, call_within
 from deadletter.drain.workers import Budget, Guard
 from deadletter.queue import claims as queue_claims
 from deadletter.queue import rows
-from deadletter.queue.claims import ClaimTransactions
+from deadletter.queue.claim_transactions import ClaimTransactions
 from deadletter.wire import keys
 from deadletter.wire.messages import Message
 

@@ -22,11 +22,12 @@ from deadletter.drain.policy import Policy, held_wait
 from deadletter.drain.report import Outcome
 from deadletter.drain.timeouts import HandlerTimeout, HungHandlers, call_within
 from deadletter.exceptions import NeedsOperator, PermanentFailure
-from deadletter.queue import archive_write, claims, history, redaction, tracing
+from deadletter.queue import archive_write, history, redaction, settlements, tracing
 from deadletter.queue.archive_write import ACTOR_DRAIN
-from deadletter.queue.claims import dequeue_claimed, handler_savepoint
+from deadletter.queue.claim_transactions import handler_savepoint
 from deadletter.queue.history import AttemptOutcome
 from deadletter.queue.rows import ATTEMPTS_KEY, LAST_ERROR_KEY, DropReason
+from deadletter.queue.settlements import dequeue_claimed
 from deadletter.store import sql
 from deadletter.wire import keys
 from deadletter.wire.messages import Message
@@ -201,7 +202,7 @@ def _deliver(
             Outcome.PERMANENT,
             _recorded(
                 item.key,
-                lambda: claims.drop_msg(
+                lambda: settlements.drop_msg(
                     item.key,
                     item.msg,
                     DropReason.PERMANENT,
@@ -235,7 +236,7 @@ def _deliver(
         return Outcome.DELIVERED
     remainder = result.replace(queued_at=item.msg.queued_at or result.queued_at)
     if not failed_before:
-        return _settle(item, Outcome.REQUEUED, lambda: claims.replace_msg(item.key, remainder))
+        return _settle(item, Outcome.REQUEUED, lambda: settlements.replace_msg(item.key, remainder))
     return _settle(item, Outcome.REQUEUED, lambda: _replace_with_history(item.key, remainder))
 
 
@@ -338,10 +339,10 @@ def _dequeue_with_history(key: bytes, claimed: bool) -> None:
 
 
 def _replace_with_history(key: bytes, remainder: Message) -> bytes | None:
-    """`claims.replace_msg`, the history following the remainder to its new key."""
+    """`settlements.replace_msg`, the history following the remainder to its new key."""
     connection = sql.connection()
     with transaction.atomic(using=connection.alias, savepoint=False):
-        new_key = claims.replace_msg(key, remainder)
+        new_key = settlements.replace_msg(key, remainder)
         if new_key is not None:
             try:
                 history.move(connection, key, new_key)
@@ -379,7 +380,7 @@ def _failed(
             Outcome.MAX_ATTEMPTS,
             _recorded(
                 item.key,
-                lambda: claims.drop_msg(
+                lambda: settlements.drop_msg(
                     item.key,
                     msg,
                     DropReason.MAX_ATTEMPTS,
@@ -408,7 +409,7 @@ def _failed(
         Outcome.FAILED,
         _recorded(
             item.key,
-            lambda: claims.rewrite_msg(item.key, msg, due_at=due_at),
+            lambda: settlements.rewrite_msg(item.key, msg, due_at=due_at),
             attempt,
             kind,
             error,
@@ -439,7 +440,7 @@ def _held(item: queue.Queued, exc: NeedsOperator, policy: Policy | None, attempt
         Outcome.HELD,
         _recorded(
             item.key,
-            lambda: claims.rewrite_msg(item.key, msg, due_at=due_at),
+            lambda: settlements.rewrite_msg(item.key, msg, due_at=due_at),
             attempt,
             AttemptOutcome.HELD,
             error,

@@ -39,7 +39,7 @@ from deadletter.drain.outcomes import settle_killed
 from deadletter.drain.report import DrainReport, Outcome
 from deadletter.drain.timeouts import TimeLimit, configured_handler_timeout
 from deadletter.drain.workers import Budget, Cursor, Guard, Worker, WorkerPool
-from deadletter.queue import browse, claims, waiting
+from deadletter.queue import browse, claim_transactions, claims, waiting
 from deadletter.store import reconnect, sql
 from deadletter.wire import keys
 
@@ -332,7 +332,7 @@ class Drainer:
 
         def settle(killed: inflight.Killed) -> bool:
             policy = self.handlers[keys.queue_of(killed.key)].policy
-            with claims.atomic() if self.claims else contextlib.nullcontext():
+            with claim_transactions.atomic() if self.claims else contextlib.nullcontext():
                 item = claims.fetch_msg(killed.key)
                 if item is None:
                     return not self.claims or browse.get_row(killed.key) is None

@@ -3,9 +3,11 @@
 The Go queue package's rules (docs/design.md, docs/drain.md), one module a
 job: `api` (the public calls: store, fetch, iterate, dequeue, remove, their
 async twins), `rows` (the rules a read applies: age, split, stamp, drop;
-`DropReason`), `claims` (what the drain needs to claim and settle a message),
-`browse` (rows as they are, for operators), `age`, `causes`, `legacy` and
-`seals`; `archive` (what left a queue other than by delivery, and restoring it).
+`DropReason`), `claims` (what the drain reads to hand a message over),
+`settlements` (how it settles the row), `claim_transactions` (the
+transactions both run in), `browse` (rows as they are, for operators), `age`,
+`causes`, `legacy` and `seals`; `archive` (what left a queue other than by
+delivery, and restoring it).
 The public calls, and only they, are importable from here; the drain,
 the admin and the contrib apps import the rest from the module that defines it.
 """

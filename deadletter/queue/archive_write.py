@@ -2,7 +2,7 @@
 `ArchivedMessage`, bytes and key unchanged, in the caller's transaction (the one
 that deletes them), with why, by whom, and the message's last error.
 
-Below every path that drops or deletes a row (`rows`, `legacy`, `claims`,
+Below every path that drops or deletes a row (`rows`, `legacy`, `settlements`,
 `archive`), so those paths need nothing above them; `queue.archive` is the
 archive's public face and re-exports `archive_rows` and `enabled`.
 """

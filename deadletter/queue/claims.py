@@ -1,11 +1,6 @@
-"""What the drain needs to claim and settle one handed-over message: claims
-(`FOR UPDATE SKIP LOCKED`, one raw statement), a row by key, the
-settlements (rewrite, replace, drop), a queue's tail and row count, a
-read-only preview.
-
-Each settlement runs in the caller's transaction when there is one (the
-PostgreSQL claim transaction) and in its own otherwise, and sends its signal
-only once the row change has committed.
+"""What a drain reads to hand a message over: the oldest unclaimed row locked
+(`FOR UPDATE SKIP LOCKED`, one raw statement), a row by key, a queue's tail and
+row count, a read-only preview, and whether the database can claim rows at all.
 """
 
 from __future__ import annotations
@@ -14,34 +9,24 @@ import contextlib
 import dataclasses
 import logging
 from collections.abc import Iterator
-from datetime import UTC, datetime
-from typing import Any
+from datetime import datetime
 
-from django.db import DatabaseError, Error, NotSupportedError, transaction
+from django.db import DatabaseError, NotSupportedError, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from deadletter import signals
 from deadletter.conf import conf
 from deadletter.models import QueuedMessage, QueuedMessageQuerySet
-from deadletter.queue import age, archive_write, incidents
-from deadletter.queue.causes import signature_of
+from deadletter.queue import age
 from deadletter.queue.rows import (
-    LAST_ERROR_KEY,
     REREAD,
     REREAD_LIMIT,
-    DropReason,
     OnDrop,
     Queued,
-    QueueingError,
     common_message,
-    delete_sql,
-    insert_value,
     process_row,
 )
 from deadletter.store import detached, sql
-from deadletter.store.counters import record_drop
 from deadletter.wire import codec, keys
-from deadletter.wire.gotime import GoTime
 from deadletter.wire.messages import Message
 
 logger = logging.getLogger("deadletter")
@@ -99,313 +84,6 @@ def _rows() -> QueuedMessageQuerySet:
     return QueuedMessage.objects.using(conf.DATABASE)
 
 
-def rewrite_msg(key: bytes, msg: Message, *, due_at: datetime | None = None) -> bool:
-    """Write `msg` back in place under `key`, keeping the row's place in the queue;
-    False when the row is gone (nothing is written then). Raises `QueueingError`.
-    The cause of its `LastError` (`causes.signature_of`) goes in the same statement,
-    so the admin groups failures without decoding rows, and so does `due_at`, when
-    a backoff next hands it over (None: due now). The failure is noted on its cause
-    (`incidents.note_failure`) in the same transaction."""
-    key = bytes(key)
-    connection = sql.connection()
-    try:
-        value = codec.encode_one(msg)
-    except (codec.CodecError, TypeError, ValueError) as exc:
-        raise QueueingError from exc
-    signature = signature_of(msg.extra.get(LAST_ERROR_KEY), queue=keys.queue_of(key), msgs=(msg,))
-    try:
-        with _noting(connection, signature):
-            changed = sql.write(
-                connection,
-                sql.statement(
-                    connection,
-                    "UPDATE {table} SET value = %s, signature = %s, due_at = %s, search_pending = 1"
-                    " WHERE {key} = %s",
-                ),
-                (value, signature, connection.ops.adapt_datetimefield_value(due_at), key),
-            )
-            if changed:
-                incidents.note_failure(
-                    connection, keys.queue_of(key), signature, at=datetime.now(UTC)
-                )
-        return bool(changed)
-    except DatabaseError as exc:
-        logger.exception("rewrite failed key=%s", key.hex())
-        raise QueueingError from exc
-
-
-def replace_msg(key: bytes, msg: Message) -> bytes | None:
-    """Delete the row `key` and park `msg` as a fresh row at its queue's tail, in
-    one transaction: a crash leaves the old row or the new one, never both or
-    neither. Returns the new key; None when the old row is already gone (it was
-    handled or deleted elsewhere, so its remainder is not parked again).
-    Sends `message_dequeued` for the old key and `message_enqueued` for the new
-    one after the commit. Raises `QueueingError` (nothing changed then).
-    """
-    key = bytes(key)
-    queue = keys.queue_of(key)
-    prefix = keys.prefix_of(key)
-    if msg.queued_at is None:
-        msg = msg.replace(queued_at=GoTime.now())
-    try:
-        value = codec.encode_one(msg)
-    except (codec.CodecError, TypeError, ValueError) as exc:
-        raise QueueingError from exc
-    connection = sql.connection()
-    try:
-        with transaction.atomic(using=connection.alias):
-            deleted = sql.write(connection, delete_sql(connection), (key,))
-            if not deleted:
-                return None
-            new_key = insert_value(connection, prefix, value, queue=queue)
-            sql.after_commit(connection, signals.message_dequeued, sender=queue, key=key)
-            sql.after_commit(
-                connection, signals.message_enqueued, sender=queue, key=new_key, msg=msg
-            )
-    except DatabaseError as exc:
-        logger.exception("replace failed queue=%s key=%s", queue, key.hex())
-        raise QueueingError from exc
-    return new_key
-
-
-def drop_msg(
-    key: bytes,
-    msg: Message | None,
-    reason: DropReason | str,
-    *,
-    actor: str = archive_write.ACTOR_DRAIN,
-    error: str | None = None,
-) -> bool:
-    """Delete the row `key` because its message is thrown away, archiving `msg`
-    (with `error`, the failure that dropped it, as its `LastError`) by `actor` in
-    the same transaction, where a permanent or last failure is also noted on its
-    cause (`incidents`); sends `message_dropped` with `reason` after the commit.
-    False when the row was already gone. Raises `QueueingError`."""
-    key = bytes(key)
-    reason = DropReason(reason)
-    queue = keys.queue_of(key)
-    connection = sql.connection()
-    archived = None
-    if msg is not None and archive_write.enabled(queue):
-        kept = msg if error is None else msg.replace(extra={**msg.extra, LAST_ERROR_KEY: error})
-        try:
-            archived = codec.encode_one(kept)
-        except (codec.CodecError, TypeError, ValueError) as exc:
-            raise QueueingError from exc
-    try:
-        with transaction.atomic(using=connection.alias):
-            value = None
-            if msg is None and archive_write.enabled(queue):
-                found = sql.read(connection, _value_sql(connection), (key,))
-                value = bytes(found[0][0] or b"") if found else None
-            deleted = sql.write(connection, delete_sql(connection), (key,))
-            if deleted:
-                record_drop(connection, queue, reason)
-                if reason in _FAILURES:
-                    incidents.note_failure(
-                        connection, queue, _drop_signature(queue, msg, error), at=datetime.now(UTC)
-                    )
-                blob = archived if archived is not None else value
-                if blob is not None:
-                    archive_write.archive_rows(connection, queue, [(key, blob)], reason, actor)
-    except DatabaseError as exc:
-        logger.exception("drop failed queue=%s key=%s", queue, key.hex())
-        raise QueueingError from exc
-    if deleted:
-        logger.info("dropped message queue=%s key=%s reason=%s", queue, key.hex(), reason)
-        sql.dropped(connection, queue, key, msg, str(reason))
-    return bool(deleted)
-
-
-def _noting(
-    connection: BaseDatabaseWrapper, signature: str | None
-) -> contextlib.AbstractContextManager[object]:
-    """The transaction a row change and its cause's note share: the caller's when it
-    holds one (no savepoint), one of their own otherwise; none without a note."""
-    if signature is None:
-        return contextlib.nullcontext()
-    return transaction.atomic(using=connection.alias, savepoint=False)
-
-
-_FAILURES = frozenset({DropReason.PERMANENT, DropReason.MAX_ATTEMPTS})
-"""The drops that are failures of a handler, each noted on its cause."""
-
-
-def _drop_signature(queue: str, msg: Message | None, error: str | None) -> str | None:
-    """The cause of a dropping failure: `error`'s, else the message's `LastError`'s."""
-    if error is None and msg is not None:
-        error = msg.extra.get(LAST_ERROR_KEY)
-    return signature_of(error, queue=queue, msgs=() if msg is None else (msg,))
-
-
-def _value_sql(connection: BaseDatabaseWrapper) -> str:
-    return sql.statement(connection, "SELECT value FROM {table} WHERE {key} = %s{for_update}")
-
-
-def atomic() -> transaction.Atomic:
-    """A transaction on the queue's database: claim a row and settle it in one."""
-    return transaction.atomic(using=conf.DATABASE)
-
-
-class ClaimTransactions:
-    """The transactions of one source's claims on the queue's connection, one a
-    message (`each()`): its claim, handler and settlement commit together.
-
-    Outside any atomic block the connection leaves autocommit once for the whole
-    source and gets it back at the end, so a message costs no `SET autocommit`
-    pair (two round trips on MySQL/MariaDB): each is an `atomic(savepoint=False)`
-    block, committed or rolled back when it ends. Commit hooks (`on_commit`: the
-    signals, a handler's own) run only after that commit, with autocommit back
-    on, as after any atomic block; the next message leaves it again. Inside a
-    caller's atomic block (a test case's) each message is an `atomic()` of its
-    own, a savepoint, and so is each with `autocommit_between` (autocommit stays on
-    between two messages, for code there that writes: the admin's log entries).
-    """
-
-    __slots__ = ("_autocommit_between", "_connection", "_each", "_kept")
-
-    def __init__(self, *, autocommit_between: bool = False) -> None:
-        connection = sql.connection()
-        self._connection = connection
-        self._each = _Each(connection, transaction.atomic(using=connection.alias, savepoint=False))
-        self._autocommit_between = autocommit_between
-        self._kept = False
-
-    def __enter__(self) -> ClaimTransactions:
-        self._kept = not self._autocommit_between and not self._connection.in_atomic_block
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, *exc_info: object) -> None:
-        connection = self._connection
-        kept, self._kept = self._kept, False
-        left, self._each.left = self._each.left, False
-        if not kept or not left or connection.connection is None or connection.in_atomic_block:
-            return  # a closed connection is in autocommit again when it reconnects
-        try:
-            if exc_type is None:
-                connection.commit()  # what ran after the last message (an `on_outcome`)
-            else:
-                connection.rollback()
-            connection.set_autocommit(True)
-        except DatabaseError:
-            with contextlib.suppress(DatabaseError):
-                connection.close()  # never left out of autocommit for what comes next
-
-    def each(self) -> contextlib.AbstractContextManager[object]:
-        """One message's transaction."""
-        if not self._kept:
-            return transaction.atomic(using=self._connection.alias)
-        return self._each
-
-
-class _Each:
-    """One message's transaction with the connection out of autocommit: Django's
-    atomic block, so `on_commit` and `set_rollback` work as in any, then the commit
-    or rollback that a block does not do in manual transaction mode."""
-
-    __slots__ = ("_atomic", "_connection", "left")
-
-    def __init__(self, connection: BaseDatabaseWrapper, atomic: transaction.Atomic) -> None:
-        self._connection = connection
-        self._atomic = atomic
-        self.left = False
-        """Whether this took the connection out of autocommit (and owes it back)."""
-
-    def __enter__(self) -> None:
-        connection = self._connection
-        if connection.get_autocommit():
-            connection.set_autocommit(False)
-            self.left = True
-        self._atomic.__enter__()
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: object, tb: Any) -> None:
-        connection = self._connection
-        self._atomic.__exit__(exc_type, exc, tb)  # type: ignore[arg-type]
-        if exc_type is not None or connection.needs_rollback:
-            self._rollback()
-            return
-        try:
-            connection.commit()
-        except DatabaseError:
-            self._rollback()
-            raise
-        if not connection.run_on_commit:
-            return
-        if self.left:
-            self.left = False
-            connection.set_autocommit(True)  # runs the hooks, as an atomic block's end
-        else:
-            connection.run_and_clear_commit_hooks()
-
-    def _rollback(self) -> None:
-        """As an atomic block's end: a connection that cannot roll back is closed."""
-        connection = self._connection
-        try:
-            connection.rollback()
-        except Error:
-            connection.close()
-
-
-@contextlib.contextmanager
-def handler_savepoint() -> Iterator[None]:
-    """Run a handler inside the claim transaction so that what it wrote on the queue's
-    database is undone when it fails (or marks the transaction for rollback), while
-    the claim and the failure's record commit; its `on_commit` callbacks are
-    dropped with them.
-
-    The savepoint is made just before the handler's first statement (seen through
-    `connection.execute_wrapper`) and left for the commit to release, so a handler
-    that writes nothing here costs no statement: two round trips a message fewer
-    than an `atomic()` block on the servers' hot path. Statements a handler sends
-    through the driver's own connection bypass Django and are not undone.
-    """
-    connection = sql.connection()
-    sid: str | None = None
-    making = False
-    hooks = len(connection.run_on_commit)
-
-    def before_first(execute: Any, text: str, params: Any, many: bool, context: Any) -> Any:
-        nonlocal sid, making
-        if sid is None and not making:
-            making = True  # the SAVEPOINT itself comes through here too
-            try:
-                sid = connection.savepoint()  # transaction.savepoint, in 5.2 and 6.1 alike
-            finally:
-                making = False
-        return execute(text, params, many, context)
-
-    def undo() -> None:
-        connection.set_rollback(False)  # as atomic's exit does: or nothing may run
-        del connection.run_on_commit[hooks:]  # its on_commit callbacks, made before any savepoint
-        if sid is not None:
-            try:
-                connection.savepoint_rollback(sid)
-            except DatabaseError:
-                connection.set_rollback(True)  # the whole claim rolls back
-
-    try:
-        with connection.execute_wrapper(before_first):
-            yield
-    except BaseException:
-        undo()
-        raise
-    if connection.get_rollback():
-        undo()
-
-
-def dequeue_claimed(key: bytes) -> bool:
-    """Delete the claimed row `key` in the claim transaction, with no savepoint of its
-    own: a failure rolls the whole claim back, so the row stays and is handed over
-    again. Sends `message_dequeued` once it commits; raises `DatabaseError`."""
-    connection = sql.connection()
-    with connection.cursor() as cursor:
-        cursor.execute(delete_sql(connection), (key,))
-        deleted = cursor.rowcount
-    if deleted and signals.message_dequeued.receivers:
-        sql.after_commit(connection, signals.message_dequeued, sender=keys.queue_of(key), key=key)
-    return bool(deleted)
-
-
 @contextlib.contextmanager
 def claiming(
     queue: str,
@@ -417,7 +95,7 @@ def claiming(
     """A transaction holding the oldest unclaimed message of `queue` with a key
     above `after` (and at most `until`), or None when there is none.
 
-    Settle the message (`dequeue`, `replace_msg`, `rewrite_msg`, `drop_msg`)
+    Settle the message (`dequeue`, or `settlements`' `replace_msg`, `rewrite_msg`, `drop_msg`)
     inside the block: the settlement commits with the claim, and a process
     that dies before the end releases the row to the other drains untouched.
     Needs a database that `can_claim_rows`.

@@ -18,7 +18,7 @@ from deadletter import NeedsOperator, drain
 from deadletter.contrib.celery import capture, redrive, redriving
 from deadletter.drain.outcomes import is_held
 from deadletter.queue import fetch_failed_msgs, seals, store_failed_msgs
-from deadletter.queue.claims import rewrite_msg
+from deadletter.queue.settlements import rewrite_msg
 from deadletter.wire.messages import Message
 from tests.contrib import celery_jobs
 

@@ -26,7 +26,7 @@ from deadletter import drain, queue, signals
 from deadletter.contrib.tasks import capture, framework, inflight, redrive
 from deadletter.drain.outcomes import is_held
 from deadletter.exceptions import NeedsOperator
-from deadletter.queue import api, claims, seals
+from deadletter.queue import api, seals, settlements
 from deadletter.wire.messages import Message
 from tests.contrib.contrib_tasks_env import task_settings
 
@@ -182,7 +182,7 @@ def test_a_task_it_enqueues_in_turn_is_parked_on_its_own(
 def rewrite_as_parked(item: queue.Queued, **changes: Any) -> None:
     """Change a parked task's extra keys as if the capture had parked it so (sealed again)."""
     extra = capture.SEAL.sealed({**item.msg.extra, **changes})
-    claims.rewrite_msg(item.key, item.msg.replace(extra=extra))
+    settlements.rewrite_msg(item.key, item.msg.replace(extra=extra))
 
 
 def dropped_reasons() -> list[str]:

@@ -28,7 +28,8 @@ from deadletter.drain import (
 from deadletter.drain.outcomes import is_held
 from deadletter.models import QueuedMessage
 from deadletter.queue import fetch_failed_msgs, store_failed_msgs
-from deadletter.queue.claims import preview_failed_msgs, replace_msg, sqlite_file
+from deadletter.queue.claims import preview_failed_msgs, sqlite_file
+from deadletter.queue.settlements import replace_msg
 from deadletter.wire import codec, keys
 from deadletter.wire.messages import Message
 from tests.drain.drain_harness import Drain, claim_held_by_another_thread

@@ -11,7 +11,7 @@ from django.core.management import CommandError, call_command
 from prometheus_client.parser import text_string_to_metric_families
 
 from deadletter.management.commands.deadletter_stats import age, duration
-from deadletter.queue import claims
+from deadletter.queue import settlements
 from tests.factories import park, park_aged
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -33,7 +33,7 @@ def test_the_table_has_a_row_a_queue_and_totals() -> None:
     park_aged("mail", days_ago=29.5, seq=1, attempts=3)
     park_aged("mail", days_ago=1, seq=2)
     park_aged("hooks", days_ago=0.5, seq=1)
-    claims.drop_msg(park_aged("hooks", days_ago=0.1, seq=2), None, "max_attempts")
+    settlements.drop_msg(park_aged("hooks", days_ago=0.1, seq=2), None, "max_attempts")
     lines = stats().splitlines()
     assert lines[0].split()[:5] == ["queue", "depth", "oldest", "parked", "oldest"]
     assert "expiring <1d 00h" in lines[0]

@@ -15,7 +15,7 @@ from django.db import connections
 from deadletter.contrib.celery import capture as celery_capture
 from deadletter.contrib.tasks import capture as tasks_capture
 from deadletter.models import ArchivedMessage
-from deadletter.queue import archive, claims, dequeue, edits, seals
+from deadletter.queue import archive, claim_transactions, claims, dequeue, edits, seals
 from deadletter.wire import codec
 from deadletter.wire.gotime import GoTime
 from deadletter.wire.messages import Message
@@ -221,7 +221,7 @@ def test_on_a_server_a_row_a_drain_holds_is_a_conflict_not_a_wait() -> None:
 
     def hold() -> None:
         try:
-            with claims.atomic():
+            with claim_transactions.atomic():
                 assert claims.fetch_msg(key) is not None  # locked FOR UPDATE SKIP LOCKED
                 locked.set()
                 release.wait(30)

@@ -14,7 +14,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from deadletter.models import ArchivedMessage, Attempt
-from deadletter.queue import archive, claims, remove_msg
+from deadletter.queue import archive, remove_msg, settlements
 from deadletter.queue.archive_retention import archived_counts, due_for_purge, purge
 from deadletter.store.counters import drop_counts
 from deadletter.wire import codec
@@ -144,8 +144,8 @@ def test_a_handlers_drop_with_the_archive_off_writes_no_entry(settings: Any) -> 
     (key,) = park("x", queue="off")
     (other,) = park("y")
     msg = Message(subject="x")
-    off = statements(lambda: claims.drop_msg(key, msg, "max_attempts"))
-    on = statements(lambda: claims.drop_msg(other, msg, "max_attempts"))
+    off = statements(lambda: settlements.drop_msg(key, msg, "max_attempts"))
+    on = statements(lambda: settlements.drop_msg(other, msg, "max_attempts"))
     assert [s for s in on if ARCHIVE_TABLE not in s] == off
     assert len(on) == len(off) + 1
     assert [e.queue for e in archive.archived_msgs()] == ["q"]

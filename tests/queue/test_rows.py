@@ -9,7 +9,7 @@ from django.db import transaction
 
 from deadletter import queue
 from deadletter.models import QueuedMessage
-from deadletter.queue import claims, rows
+from deadletter.queue import claims, rows, settlements
 from deadletter.queue.rows import Dropped, DropReason
 from deadletter.wire import codec, keys
 from deadletter.wire.messages import Message
@@ -60,11 +60,11 @@ def test_a_drop_by_the_drain_counts_under_its_reason() -> None:
     from deadletter.store.counters import drop_counts
 
     key = queue.store_failed_msgs("q", Message(subject="refused"))
-    assert claims.drop_msg(key, None, DropReason.PERMANENT)
-    assert not claims.drop_msg(key, None, DropReason.PERMANENT)
+    assert settlements.drop_msg(key, None, DropReason.PERMANENT)
+    assert not settlements.drop_msg(key, None, DropReason.PERMANENT)
     assert drop_counts(connection, ["q"])["q"]["permanent"] == 1
     with pytest.raises(ValueError):
-        claims.drop_msg(key, None, "lost")
+        settlements.drop_msg(key, None, "lost")
 
 
 def _common(key: bytes, value: bytes, max_row_bytes: int = 1 << 20) -> Message | None:

@@ -9,7 +9,7 @@ from django.urls import include, path, reverse
 from prometheus_client.parser import text_string_to_metric_families
 
 from deadletter import queue
-from deadletter.queue import claims
+from deadletter.queue import settlements
 from tests.factories import insert_at, manage_py, park_aged
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.urls(__name__)]
@@ -55,7 +55,7 @@ def test_the_scrape_parses_and_holds_the_figures(client, settings) -> None:
     park_aged("mail", days_ago=2, seq=2)
     park_aged("mail", days_ago=1, attempts=12, seq=3)
     corrupt = park_aged("hooks", days_ago=1)
-    claims.drop_msg(corrupt, None, "permanent")
+    settlements.drop_msg(corrupt, None, "permanent")
     response = scrape(client)
     assert response.status_code == 200
     assert response["Content-Type"].startswith("text/plain")

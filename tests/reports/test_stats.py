@@ -8,7 +8,7 @@ import pytest
 
 from deadletter import queue
 from deadletter.models import DropCount
-from deadletter.queue import claims
+from deadletter.queue import settlements
 from deadletter.reports import stats, summaries
 from deadletter.wire.gotime import GoTime
 from deadletter.wire.messages import Message
@@ -104,7 +104,7 @@ def test_attempts_sample_reads_only_the_oldest_rows() -> None:
 
 def test_drops_are_counted_by_reason_and_kept_for_empty_queues() -> None:
     key = insert_at("gone", NOW, 1, failed(days_ago=1))
-    assert claims.drop_msg(key, None, "permanent")
+    assert settlements.drop_msg(key, None, "permanent")
     DropCount.objects.create(queue="gone", reason="expired", count=4)
     [gone] = stats.collect(now_ns=NOW).queues
     assert gone.depth == 0

@@ -9,7 +9,7 @@ from django.db import transaction
 
 from deadletter import queue
 from deadletter.models import DropCount
-from deadletter.queue import claims
+from deadletter.queue import settlements
 from deadletter.store import sql
 from deadletter.store.counters import drop_counts, record_drop
 from deadletter.wire import codec, keys
@@ -48,7 +48,7 @@ def test_record_drop_adds_up_per_queue_and_reason() -> None:
 def test_a_rolled_back_drop_is_not_counted() -> None:
     key = queue.store_failed_msgs("mail", Message(subject="s"))
     with pytest.raises(RuntimeError), transaction.atomic():
-        assert claims.drop_msg(key, None, "permanent")
+        assert settlements.drop_msg(key, None, "permanent")
         raise RuntimeError("the caller's transaction fails")
     assert counts("mail") == {}
     assert DropCount.objects.count() == 0
@@ -90,6 +90,6 @@ def test_drain_drops_are_counted_by_outcome() -> None:
 
 def test_a_row_already_gone_is_not_counted_again() -> None:
     key = queue.store_failed_msgs("mail", Message(subject="s"))
-    assert claims.drop_msg(key, None, "max_attempts")
-    assert not claims.drop_msg(key, None, "max_attempts")
+    assert settlements.drop_msg(key, None, "max_attempts")
+    assert not settlements.drop_msg(key, None, "max_attempts")
     assert counts("mail")["max_attempts"] == 1
