@@ -5,16 +5,16 @@ straight off the primary-key index, a page at a time by key, never counted;
 the key travels in URLs and forms as hex because the model's key field says
 so (`models.HexKeyField`). Deleting goes through `archive.discard` (the message
 kept in Archived messages, `admin.archive`, unless its queue's archive is off)
-and retrying through `drain.redeliver`, so signals and logs match the drain's; bulk work is
-chunked and bounded in time (`bulk`), and the views that do it run outside the
-request's transaction (`drain.outside_request_transactions`), each row settled
-on its own. The queue overview (`overview`) adds per-queue ages, expiries and
-failures grouped by cause.
+and retrying through `drain.redeliver` (`retries`), so signals and logs match the
+drain's; bulk work is chunked and bounded in time (`bulk`), and the views that do
+it run outside the request's transaction (`drain.outside_request_transactions`),
+each row settled on its own. The queue overview (`overview`) adds per-queue ages,
+expiries and failures grouped by cause.
 """
 
 from __future__ import annotations
 
-import time
+from functools import partial
 from typing import Any
 
 from django.contrib import admin, messages
@@ -29,7 +29,6 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
-from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
 from deadletter import drain
@@ -42,14 +41,15 @@ from deadletter.admin import (  # noqa: F401
     overview,
     overview_entry,
     redrives,
+    retries,
     rows,
     searching,
 )
 from deadletter.admin.changelist import CauseFilter, KeysetChangeList, QueueFilter
 from deadletter.admin.timeline import timeline_html
 from deadletter.conf import conf
-from deadletter.models import HexKey, QueuedMessage
-from deadletter.queue import browse, redaction, search
+from deadletter.models import QueuedMessage
+from deadletter.queue import redaction, search
 from deadletter.queue.archive import discard
 from deadletter.wire import gotime, keys
 
@@ -223,80 +223,25 @@ class QueuedMessageAdmin(admin.ModelAdmin):
 
     @drain.outside_request_transactions
     def retry_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
-        """The message page's "Retry now": one row through `drain.redeliver`, its
-        handler given up on after the admin's time budget."""
+        """The message page's "Retry now" (`retries.retry_page`), for holders of the
+        drain permission who may retry in the message's queue."""
         access.require(request, object_id, "retry")
         if not self.has_drain_permission(request):
             raise PermissionDenied
-        obj = self.get_object(request, object_id)
-        if obj is None:  # what Django's own views answer for a row gone
-            gone = _("%(name)s with ID “%(key)s” doesn’t exist. Perhaps it was deleted?")
-            key = unquote(object_id)
-            self.message_user(
-                request, gone % {"name": self.opts.verbose_name, "key": key}, messages.WARNING
-            )
-            return HttpResponseRedirect(reverse("admin:index", current_app=self.admin_site.name))
-        self._retry_one(request, obj.key_bytes)
-        context: dict[str, Any] = {
-            "preserved_filters": self.get_preserved_filters(request),
-            "opts": self.opts,
-        }
-        if self.get_queryset(request).filter(key=obj.key_bytes).exists():
-            url = reverse("admin:deadletter_queuedmessage_change", args=[obj.key_hex])
-        else:
-            url = reverse("admin:deadletter_queuedmessage_changelist")
-        return HttpResponseRedirect(add_preserved_filters(context, url))
+        return retries.retry_page(self, request, object_id)
 
     @drain.outside_request_transactions
     def edit_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         """The message page's "Edit" (`edits`); "Save and retry now" as Retry now."""
         access.require(request, object_id, "edit")
-        return edits.edit_page(self, request, object_id, self._retry_one)
-
-    def _retry_one(self, request: HttpRequest, key: bytes) -> None:
-        """Row `key` handed over now (Retry now, Save and retry now), its outcome
-        told to the user and logged on the row."""
-        try:
-            deadline = time.monotonic() + conf.ADMIN_TIME_BUDGET
-            report = drain.redeliver(
-                [key],
-                deadline=deadline,
-                on_outcome=self._logger_of_retries(request),
-                actor=f"retry:{request.user.get_username()}",
-            )
-        except (drain.DrainConfigError, drain.DrainLocked) as exc:
-            self.message_user(request, str(exc), messages.ERROR)
-        else:
-            self.message_user(request, retried_text(report), retried_level(report))
+        return edits.edit_page(self, request, object_id, partial(retries.retry_one, self))
 
     # -- actions
 
     @admin.action(description="Retry selected messages now", permissions=["drain"])
     def retry_now(self, request: HttpRequest, queryset: QuerySet[QueuedMessage]) -> None:
-        """Hand the selected rows to their handlers with a drain's rules (at least
-        once; a drain running on the same SQLite queue makes this refuse), a
-        chunk at a time until the admin's time budget is spent."""
-        queryset = access.within(self, request, queryset, "retry", chosen=access.posted(request))
-        try:
-            progress = bulk.retry(
-                queryset,
-                self._logger_of_retries(request),
-                actor=f"retry:{request.user.get_username()}",
-            )
-        except (drain.DrainConfigError, drain.DrainLocked) as exc:
-            self.message_user(request, str(exc), messages.ERROR)
-            return
-        report = progress.report or drain.DrainReport(queues=[])
-        text = retried_text(report)
-        level = retried_level(report)
-        if progress.left:
-            why = "" if progress.stopped_by == "hung handlers" else " after the time budget"
-            text += (
-                f" Stopped{why}: {progress.left_text} selected message(s) "
-                "left for deadletter_drain (or select them again)."
-            )
-            level = messages.WARNING
-        self.message_user(request, text, level)
+        """Hand the selected rows to their handlers (`retries.retry_selected`)."""
+        retries.retry_selected(self, request, queryset)
 
     @admin.action(description="Delete selected queued messages", permissions=["delete"])
     def delete_selected(
@@ -343,19 +288,6 @@ class QueuedMessageAdmin(admin.ModelAdmin):
         return TemplateResponse(
             request, "admin/deadletter/queuedmessage/delete_selected_confirmation.html", context
         )
-
-    def _logger_of_retries(self, request: HttpRequest) -> Any:
-        """Each retried row's outcome as a `LogEntry` on it, in its History and the
-        admin's Recent actions ("Retried: delivered", "Retried: failed: …")."""
-
-        def log(key: bytes, outcome: drain.Outcome) -> None:
-            text = f"Retried: {RETRY_OUTCOMES.get(outcome, str(outcome))}"
-            if outcome in (drain.Outcome.FAILED, drain.Outcome.HELD):
-                error = rows.last_error(_current(key))
-                text += f": {error[: rows.ERROR_SHOWN]}" if error else ""
-            self.log_change(request, QueuedMessage(key=HexKey(key)), text)
-
-        return log
 
     def _log_deleted(self, request: HttpRequest, chunk: list[bytes]) -> None:
         self.log_deletions(request, self.get_queryset(request).filter(key__in=chunk))
@@ -478,18 +410,6 @@ class QueuedMessageAdmin(admin.ModelAdmin):
         return timeline_html(obj.key_bytes, rows.scrubber_of(obj))
 
 
-RETRY_OUTCOMES = {
-    drain.Outcome.DELIVERED: "delivered",
-    drain.Outcome.REQUEUED: "partly delivered, the rest parked again",
-    drain.Outcome.FAILED: "failed",
-    drain.Outcome.HELD: "kept for an operator",
-    drain.Outcome.PERMANENT: "dropped (permanent failure)",
-    drain.Outcome.MAX_ATTEMPTS: "dropped (max attempts)",
-    drain.Outcome.EXPIRED: "dropped (expired)",
-    drain.Outcome.CORRUPT: "dropped (corrupt)",
-}
-
-
 def _queues_of(texts: list[str]) -> list[str]:
     """The queues of the keys an action or a URL names in hex (none of a bad one)."""
     found = []
@@ -499,34 +419,3 @@ def _queues_of(texts: list[str]) -> list[str]:
         except ValueError:
             continue
     return found
-
-
-def _current(key: bytes) -> Any:
-    """The first message of row `key` as it is now (after a failed retry), masked as
-    for any viewer of the History it is logged to (`redaction`), or None."""
-    row = browse.get_row(key)
-    if row is None or not row.messages:
-        return None
-    return redaction.redacted(row.messages[0], keys.queue_of(key), reveal=False)
-
-
-def retried_text(report: drain.DrainReport) -> str:
-    text = (
-        f"Retried {report.handled} message(s): {report.delivered} delivered, "
-        f"{report.requeued} partly delivered, {report.failed} still failing, "
-        f"{report.held} kept for an operator, {sum(report.dropped.values())} dropped."
-    )
-    if report.held:
-        text += " A message kept for an operator says why in its last error."
-    if report.stopped_by == "hung handlers":
-        text += (
-            f" No handler was started after that: {drain.hung_handlers()} handler(s) that "
-            "did not return in time still run in this server process."
-        )
-    return text
-
-
-def retried_level(report: drain.DrainReport) -> int:
-    hung = report.stopped_by == "hung handlers"
-    trouble = report.failed or report.held or report.errors
-    return messages.WARNING if trouble or hung else messages.SUCCESS
