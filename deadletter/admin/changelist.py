@@ -194,14 +194,13 @@ class KeysetChangeList(ChangeList):
     """A changelist whose pages are key ranges: `?after=<hex>` / `?before=<hex>`.
 
     With a search (`?q=`) a page is the next matches in key order from the same
-    cursor (`search.keys_page`): still never counted. A malformed search is one
-    error message above an empty list."""
+    cursor (`search.keys_page`, in a restricted user's granted ranges only): still
+    never counted. A malformed search is one error message above an empty list."""
 
     def __init__(self, request: HttpRequest, *args: Any, **kwargs: Any) -> None:
         self.after_key = _key_param(request, AFTER)
         self.before_key = _key_param(request, BEFORE)
-        scope = access.scope_of(request.user)
-        self.spans = None if scope.unrestricted else scope.intervals("view")
+        self.spans = access.scope_of(request.user).spans()
         self.next_url: str | None = None
         self.previous_url: str | None = None
         self.search_query: search.Query | None = None
@@ -234,6 +233,7 @@ class KeysetChangeList(ChangeList):
                     before_key=self.before_key,
                     size=size,
                     reveal=redaction.reveals(request.user),
+                    spans=self.spans,
                 )
             except ValueError:  # no such queue name: the queue filter shows none either
                 found, more = [], False

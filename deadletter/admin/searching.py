@@ -4,6 +4,7 @@ per request, and the selection an action on "all matching" a search acts on."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 from django.contrib.admin.views.main import SEARCH_VAR
 from django.db.models import QuerySet
@@ -38,12 +39,18 @@ def query_of(request: HttpRequest, cause: str | None = None) -> search.Query:
 
 
 def searched_rows(
-    queryset: QuerySet[QueuedMessage], query: search.Query, queue: str | None, *, reveal: bool
+    queryset: QuerySet[QueuedMessage],
+    query: search.Query,
+    queue: str | None,
+    *,
+    reveal: bool,
+    spans: Sequence[tuple[bytes, bytes | None]] | None,
 ) -> QuerySet[QueuedMessage]:
     """`queryset` narrowed to the rows `query` matches (in what the user may see:
-    `reveal`); `SearchTooBroad` past `MAX_ACTION_ROWS`."""
+    `reveal`, in the key ranges `spans` when not None); `SearchTooBroad` past
+    `MAX_ACTION_ROWS`."""
     found: list[bytes] = []
-    for key in search.iter_matching(query, queue=queue, reveal=reveal):
+    for key in search.iter_matching(query, queue=queue, reveal=reveal, spans=spans):
         found.append(key)
         if len(found) > MAX_ACTION_ROWS:
             raise SearchTooBroad(

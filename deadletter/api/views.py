@@ -9,7 +9,6 @@ keeps the model permission and `DEADLETTER_API_QUEUES` alone."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
 
 from django.urls import reverse
@@ -51,7 +50,6 @@ from deadletter.api.serializers import (
 )
 from deadletter.queue import browse, redaction, search
 from deadletter.queue import edits as queue_edits
-from deadletter.queue.access import Scope
 from deadletter.queue.archive import discard
 from deadletter.reports import queues as queue_pages
 from deadletter.reports import summaries
@@ -223,14 +221,17 @@ def _page(request: Request, asked: dict[str, Any], name: str | None, path: str) 
     after: bytes | None = asked.get("after")
     limit: int = asked["limit"]
     found: search.Query | None = asked.get("q")
-    granted = scope(request)
     reveal = redaction.reveals(request.user)
-    if name is None and not granted.unrestricted:
-        row_keys, more = _granted_keys(granted, found or search.parse(""), after, limit, reveal)
-        rows = browse.rows_of(row_keys)
-    elif found or name is None:
+    if found or name is None:
+        # Across queues, a restricted user's search walks their granted key ranges only;
+        # one queue's (`name`) was judged whole by `require`.
         row_keys, more = search.keys_page(
-            found or search.parse(""), queue=name, after_key=after, size=limit, reveal=reveal
+            found or search.parse(""),
+            queue=name,
+            after_key=after,
+            size=limit,
+            reveal=reveal,
+            spans=scope(request).spans() if name is None else None,
         )
         rows = browse.rows_of(row_keys)
     else:
@@ -245,50 +246,6 @@ def _page(request: Request, asked: dict[str, Any], name: str | None, path: str) 
         next_url = request.build_absolute_uri(f"{path}?{urlencode(params)}")
     results = RowSerializer(rows, many=True, context={"reveal": reveal}).data
     return Response({"results": results, "next": next_url})
-
-
-def _granted_keys(
-    granted: Scope, query: search.Query, after: bytes | None, limit: int, reveal: bool
-) -> tuple[list[bytes], bool]:
-    """A page of the search over the queues `granted` lets the user see, queue by
-    queue in key order (the same order as over every queue), and whether more follow."""
-    found: list[bytes] = []
-    prefix = None if after is None else keys.prefix_of(after)
-    for name in _granted_from(granted, prefix):
-        within = after if name.encode("utf-8") == prefix else None
-        page, _ = search.keys_page(
-            query, queue=name, after_key=within, size=limit + 1 - len(found), reveal=reveal
-        )
-        found += page
-        if len(found) > limit:
-            return found[:limit], True
-    return found, False
-
-
-def _granted_from(granted: Scope, prefix: bytes | None) -> Iterator[str]:
-    """The queues holding a row that `granted` lets the user see, in key order from
-    the queue part `prefix` of a key on (the first when None). A cursor's key may
-    name no queue (empty, too long, not UTF-8): the walk then starts from the longest
-    queue name it begins with and skips what sorts before it."""
-    name: str | None = None
-    if prefix is not None:
-        head = prefix[: keys.MAX_QUEUE_NAME_BYTES]
-        try:
-            name = head.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            name = head[: exc.start].decode("utf-8")
-        name = name or None
-        if name is not None and name.encode("utf-8") == prefix and granted.allows(name):
-            yield name
-    while True:
-        page = granted.granted_names(_NAMES_PAGE, after=name)
-        yield from (found for found in page if prefix is None or found.encode("utf-8") > prefix)
-        if len(page) < _NAMES_PAGE:
-            return
-        name = page[-1]
-
-
-_NAMES_PAGE = 50
 
 
 @method_decorator(drain.outside_request_transactions, name="dispatch")

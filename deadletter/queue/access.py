@@ -110,6 +110,12 @@ class Scope:
             self._intervals[action] = found
         return found
 
+    def spans(self, action: str = "view") -> list[_Interval] | None:
+        """`intervals`, or None for an unrestricted scope: the key ranges a page or a
+        search of the user's is kept to (`search.keys_page(spans=...)`)."""
+        _checked(action)
+        return None if self.unrestricted else self.intervals(action)
+
     def granted_names(
         self,
         limit: int,

@@ -14,13 +14,13 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from deadletter.admin import QueuedMessageAdmin
+from deadletter.admin import QueuedMessageAdmin, searching
 from deadletter.drain.redrives import plan_redrive
 from deadletter.models import ArchivedMessage, QueueAccess, Redrive
 from deadletter.queue import access, fetch_failed_msgs, store_failed_msgs
 from deadletter.queue.archive import discard
 from deadletter.wire.messages import Message
-from tests.admin.test_admin import CHANGELIST, Page, open_page
+from tests.admin.test_admin import CHANGELIST, Page, open_page, page_keys
 
 pytestmark = pytest.mark.django_db
 
@@ -274,3 +274,44 @@ def test_pages_go_from_one_granted_range_to_the_next(
     assert subjects(second) == {"mail-1"}
     back = open_page(billing, second.link("‹ previous"))
     assert subjects(back) == {"bill-cards", "bill-refunds"}
+
+
+def shown(page: Page) -> list[str]:
+    """The `mine-N` / `theirs-N` subjects a page shows, in order, each once."""
+    return list(dict.fromkeys(re.findall(r"\b(?:theirs|mine)-\d+\b", page.text)))
+
+
+def test_a_search_page_is_full_of_granted_matches_between_other_queues(
+    billing: Client, monkeypatch: Any
+) -> None:
+    monkeypatch.setattr(QueuedMessageAdmin, "list_per_page", 2)
+    for i in range(3):
+        park("a-other", f"theirs-{i} invoice")
+    for i in range(3):
+        park("billing.cards", f"mine-{i} invoice")
+    for i in range(3, 6):
+        park("support", f"theirs-{i} invoice")
+    first = open_page(billing, CHANGELIST, q="invoice")
+    assert shown(first) == ["mine-0", "mine-1"]
+    second = open_page(billing, first.link("next ›"))
+    assert shown(second) == ["mine-2"]
+    assert "next ›" not in {label for label, _ in second.links}
+    back = open_page(billing, second.link("‹ previous"))
+    assert shown(back) == ["mine-0", "mine-1"]
+
+
+def test_delete_all_matching_counts_only_the_granted_matches(
+    billing: Client, monkeypatch: Any
+) -> None:
+    monkeypatch.setattr(searching, "MAX_ACTION_ROWS", 2)
+    for i in range(3):
+        park("support", f"theirs-{i} invoice")
+    park("billing.cards", "mine-0 invoice")
+    page = open_page(billing, CHANGELIST, q="invoice")
+    form = page.form_with("_selected_action")
+    confirm = page.submit(
+        billing, form, check=page_keys(form), action="delete_selected", select_across="1"
+    )
+    confirm.submit(billing, confirm.form_with("post"))
+    assert fetch_failed_msgs("billing.cards") == []
+    assert len(fetch_failed_msgs("support")) == 3

@@ -292,3 +292,18 @@ def test_a_search_cursor_naming_no_granted_queue_goes_on_after_it(
 ) -> None:
     found = billing.get(f"{API}/messages/", {"after": after.hex()})
     assert queues_of(found) == expected
+
+
+def subjects(page: dict[str, Any]) -> list[str]:
+    return [row["messages"][0]["subject"] for row in page["results"]]
+
+
+def test_a_search_page_is_full_of_granted_matches_between_other_queues(billing) -> None:
+    park("theirs-0 invoice", "theirs-1 invoice", "theirs-2 invoice", queue="a-first")
+    park("mine-0 invoice", "mine-1 invoice", "mine-2 invoice", queue="billing.invoices")
+    park("theirs-3 invoice", "theirs-4 invoice", queue="billingx")
+    first = billing.get(f"{API}/messages/", {"q": "invoice", "limit": 2}).json()
+    assert subjects(first) == ["mine-0 invoice", "mine-1 invoice"]
+    second = billing.get(first["next"]).json()
+    assert subjects(second) == ["mine-2 invoice"]
+    assert second["next"] is None

@@ -7,12 +7,17 @@ term (each other term checked by a seek into the same index), else the
 row is checked against the query (`Query.matches`), so a stale posting (of a row
 since rewritten) costs a check and never a wrong answer. Pages are read in key
 order from a cursor, never counted, so a first page stops once it is full.
+
+A search kept to some key ranges (`spans`: a user's granted queues,
+`queue.access.Scope.spans`) walks each range in turn, the pending rows, the
+index and the rows of that range only, so a page fills with matches of those
+ranges however many matches other queues hold.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -58,6 +63,20 @@ def _narrow(bounds: Bounds, after: bytes | None, before: bytes | None) -> Bounds
     if high is not None and low >= high:
         return None
     return low, high
+
+
+def _ranges(bounds: Bounds, spans: Sequence[Bounds] | None, descending: bool) -> list[Bounds]:
+    """`bounds` cut to each of `spans` (sorted, disjoint; None: no cut) that it
+    meets, in the order read."""
+    if spans is None:
+        return [bounds]
+    low, high = bounds
+    found: list[Bounds] = []
+    for span_low, span_high in spans:
+        cut = _narrow((max(low, span_low), span_high), None, high)
+        if cut is not None:
+            found.append(cut)
+    return found[::-1] if descending else found
 
 
 class _Walk:
@@ -157,13 +176,16 @@ def iter_matching(
     first_batch: int = _FIRST_BATCH,
     connection: BaseDatabaseWrapper | None = None,
     reveal: bool = True,
+    spans: Sequence[Bounds] | None = None,
 ) -> Iterator[bytes]:
     """The keys of the rows `query` matches, in `queue` (None: every queue), after
     `after_key` and before `before_key` (both exclusive), oldest first (newest
     first with `descending`). The pending rows of the range are indexed first.
     Candidates are read `first_batch` at a time, then twice as many each time.
     `reveal` False: matched in the messages with their redacted values masked
-    (`queue.redaction`), for a user who may not see those values."""
+    (`queue.redaction`), for a user who may not see those values. `spans`: only
+    in these sorted, disjoint key ranges `[low, high)` (high None: no end), each
+    walked in turn; None: anywhere."""
     for key, _ in iter_matching_rows(
         query,
         queue=queue,
@@ -173,6 +195,7 @@ def iter_matching(
         first_batch=first_batch,
         connection=connection,
         reveal=reveal,
+        spans=spans,
     ):
         yield key
 
@@ -187,6 +210,7 @@ def iter_matching_rows(
     first_batch: int = _FIRST_BATCH,
     connection: BaseDatabaseWrapper | None = None,
     reveal: bool = True,
+    spans: Sequence[Bounds] | None = None,
 ) -> Iterator[tuple[bytes, bytes]]:
     """`iter_matching`, each key with its row's stored value (a dump of the matches)."""
     connection = connection or sql.connection()
@@ -194,6 +218,19 @@ def iter_matching_rows(
     bounds = scope and _narrow(scope, after_key, before_key)
     if bounds is None:
         return
+    for part in _ranges(bounds, spans, descending):
+        yield from _matching_in(connection, query, part, descending, first_batch, reveal)
+
+
+def _matching_in(
+    connection: BaseDatabaseWrapper,
+    query: Query,
+    bounds: Bounds,
+    descending: bool,
+    first_batch: int,
+    reveal: bool,
+) -> Iterator[tuple[bytes, bytes]]:
+    """The matching rows of one key range, in the order read."""
     index.index_pending(connection, low=bounds[0], high=bounds[1])
     # What is still pending (a row a drain holds, one parked since) is checked here.
     left = index.pending_rows(connection, low=bounds[0], high=bounds[1])
@@ -297,9 +334,11 @@ def keys_page(
     size: int,
     connection: BaseDatabaseWrapper | None = None,
     reveal: bool = True,
+    spans: Sequence[Bounds] | None = None,
 ) -> tuple[list[bytes], bool]:
     """One page of matches, oldest first: after `after_key`, or the page just before
-    `before_key`; and whether more match beyond it in the direction read."""
+    `before_key`; and whether more match beyond it in the direction read. `spans`:
+    only in those key ranges (`iter_matching`)."""
     descending = before_key is not None and after_key is None
     found: list[bytes] = []
     for key in iter_matching(
@@ -311,6 +350,7 @@ def keys_page(
         first_batch=size + 1,
         connection=connection,
         reveal=reveal,
+        spans=spans,
     ):
         found.append(key)
         if len(found) > size:
