@@ -136,9 +136,8 @@ def filters_of(request: HttpRequest) -> archive_pages.Filters:
     """What the request's filters and search (`?q=`) ask for, within the queues the
     user may view; `search.SearchError` for a malformed search."""
     text = request.GET.get(SEARCH_VAR, "").strip()
-    scope = access.scope_of(request.user)
     return archive_pages.Filters(
-        within=None if scope.unrestricted else scope.queue_q("view"),
+        within=access.scope_of(request.user),
         queue=request.GET.get(QueueFilter.parameter_name) or None,
         reason=request.GET.get(ReasonFilter.parameter_name) or None,
         actor=request.GET.get(ActorFilter.parameter_name) or None,

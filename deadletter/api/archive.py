@@ -44,8 +44,7 @@ from deadletter.api.views import BAD, KEY, REFUSALS
 from deadletter.conf import conf
 from deadletter.models import ArchivedMessage, QueuedMessage
 from deadletter.queue import archive, archive_pages, browse, limits, redaction
-from deadletter.queue.access import Scope
-from deadletter.queue.archive_pages import Cursor, Filters, Page
+from deadletter.queue.archive_pages import Cursor, Filters
 from deadletter.wire import codec, keys
 
 VIEW = "deadletter.view_archivedmessage"
@@ -195,9 +194,12 @@ class ArchiveList(DeadletterView):
         query.is_valid(raise_exception=True)
         asked = query.validated_data
         filters = Filters(
-            queue=asked.get("queue"), reason=asked.get("reason"), actor=asked.get("actor")
+            queue=asked.get("queue"),
+            reason=asked.get("reason"),
+            actor=asked.get("actor"),
+            within=scope(request),
         )
-        found = _granted_page(scope(request), filters, asked.get("cursor"), asked["limit"])
+        found = archive_pages.page(filters, asked.get("cursor"), asked["limit"])
         next_url = None
         if found.next is not None:
             params = {name: asked[name] for name in ("queue", "reason", "actor") if name in asked}
@@ -206,35 +208,6 @@ class ArchiveList(DeadletterView):
             next_url = request.build_absolute_uri(f"{path}?{urlencode(params)}")
         results = ArchivedSerializer(found.entries, many=True, context=viewer(request)).data
         return Response({"results": results, "next": next_url})
-
-
-def _granted_page(granted: Scope, filters: Filters, cursor: Cursor | None, size: int) -> Page:
-    """The archive's page of the entries of queues `granted` lets the user see. The
-    index does not know the grants, so the pages are read on and the other queues'
-    entries skipped, through at most `archive_pages.WINDOW` entries: like a page
-    filtered by reason or actor, it may then hold fewer than `size`, and a next."""
-    if granted.unrestricted:
-        return archive_pages.page(filters, cursor, size)
-    if filters.queue is not None:
-        if not granted.allows(filters.queue):
-            return Page([], None)
-        return archive_pages.page(filters, cursor, size)
-    allowed: dict[str, bool] = {}
-    found: list[ArchivedMessage] = []
-    looked = 0
-    while True:
-        chunk = archive_pages.page(filters, cursor, size + 1)
-        for entry in chunk.entries:
-            if allowed.setdefault(entry.queue, granted.allows(entry.queue)):
-                found.append(entry)
-                if len(found) > size:
-                    return Page(found[:size], Cursor.of(found[size - 1]), looked)
-        looked += max(chunk.looked, len(chunk.entries))
-        if chunk.next is None:
-            return Page(found, None, looked)
-        cursor = chunk.next
-        if looked >= archive_pages.WINDOW:
-            return Page(found, cursor, looked, True)
 
 
 class ArchiveDetail(DeadletterView):

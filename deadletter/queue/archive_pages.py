@@ -8,12 +8,26 @@ decoded message: the archive has no search index) are not in those indexes, so a
 page filtered by them looks through at most `WINDOW` entries of the range and
 stops there, saying how far it looked: it may hold fewer entries than asked,
 even none, and still have a next page that goes on where it stopped.
+
+A user kept to some queues (`queue.access`) sees the entries of the key ranges
+their scope grants. Without a queue filter, their entries come from a merge of
+each granted queue's range of the (queue, archived_at, id) index (the queues
+found by one seek each of the (key, id) index within the granted ranges): an
+unfiltered page is full whenever that many granted entries follow the cursor,
+however many entries of other queues lie between, and a filtered page looks
+through at most `WINDOW` of their entries (each queue its share; one that stops
+there counts them, within the window), never other queues'. Past `MERGED_QUEUES`
+granted queues with entries, the database filters the (archived_at, id) index
+by the granted ranges instead: the same entries, at a cost that grows with the
+archive.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import heapq
+import itertools
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -23,16 +37,19 @@ from django.db.models import Q, QuerySet
 from deadletter.conf import conf
 from deadletter.models import ArchivedMessage
 from deadletter.queue import browse, redaction
+from deadletter.queue.access import Scope
 from deadletter.queue.search import Query
-from deadletter.wire import codec
+from deadletter.wire import codec, keys
 from deadletter.wire.messages import Message
 
-__all__ = ["WINDOW", "Cursor", "Filters", "Page", "page"]
+__all__ = ["MERGED_QUEUES", "WINDOW", "Cursor", "Filters", "Page", "page"]
 
 WINDOW = 5000
 """Entries a filtered page looks through at most (one index range read)."""
 SEARCH_SECONDS = 1.0
 """A search decodes entries for at most this long a page, within `WINDOW`."""
+MERGED_QUEUES = 50
+"""Granted queues a restricted page merges at most: a seek or two each a page."""
 _BATCH = 500
 
 
@@ -72,15 +89,15 @@ class Cursor:
 class Filters:
     """What a page shows: entries of `queue` (indexed), of `reason`, by `actor`,
     matching `query` (each looked for within `WINDOW`); None / empty: any.
-    `within`: a `Q` on the entry's key keeping the queues a user may view
-    (`queue.access.Scope.queue_q(field="key")`); None: every queue. `reveal` False:
-    the search looks at the messages with their redacted values masked."""
+    `within`: the user's scope (`queue.access.scope_of`): the entries of the queues it
+    lets them view; None (or an unrestricted scope): every queue. `reveal` False: the
+    search looks at the messages with their redacted values masked."""
 
     queue: str | None = None
     reason: str | None = None
     actor: str | None = None
     query: Query | None = None
-    within: Q | None = None
+    within: Scope | None = None
     reveal: bool = True
 
     @property
@@ -121,12 +138,21 @@ def _not_older_than(rows: QuerySet[ArchivedMessage], cursor: Cursor) -> QuerySet
     )
 
 
+def _entries() -> QuerySet[ArchivedMessage]:
+    return ArchivedMessage.objects.using(conf.DATABASE).all()
+
+
 def scope(filters: Filters) -> QuerySet[ArchivedMessage]:
-    """The entries the indexed filter (the queue) and the user's scope leave, unordered."""
-    rows = ArchivedMessage.objects.using(conf.DATABASE).all()
+    """The entries the indexed filter (the queue) and the user's scope leave, unordered:
+    a queue the scope does not let them view leaves none."""
+    rows = _entries()
+    if filters.queue is not None:
+        if filters.within is not None and not filters.within.allows(filters.queue):
+            return rows.none()
+        return rows.filter(queue=filters.queue)
     if filters.within is not None:
-        rows = rows.filter(filters.within)
-    return rows if filters.queue is None else rows.filter(queue=filters.queue)
+        rows = rows.filter(filters.within.queue_q("view"))
+    return rows
 
 
 def narrowed(rows: QuerySet[ArchivedMessage], filters: Filters) -> QuerySet[ArchivedMessage]:
@@ -155,6 +181,9 @@ def page(filters: Filters, cursor: Cursor | None = None, size: int = 50) -> Page
     refuses it)."""
     if any("\x00" in (text or "") for text in (filters.queue, filters.reason, filters.actor)):
         return Page([], None)
+    names = _merged_queues(filters)
+    if names is not None:
+        return _merged_page(names, filters, cursor, size)
     rows = scope(filters)
     if cursor is not None:
         rows = _older_than(rows, cursor)
@@ -173,23 +202,102 @@ def page(filters: Filters, cursor: Cursor | None = None, size: int = 50) -> Page
             return Page(found[:size], Cursor.of(found[size - 1]), looked)
         return Page(found, None if edge is None else Cursor(*edge), looked, edge is not None)
     stop = None if edge is None else Cursor(*edge)
-    return _searched(candidates, filters.query, size, stop, filters.reveal)
+    return _searched(_batches(candidates), filters.query, size, stop, filters.reveal)
+
+
+def _merged_queues(filters: Filters) -> list[str] | None:
+    """The granted queues whose index ranges a restricted page without a queue filter
+    merges; None for any other page, or past `MERGED_QUEUES` such queues."""
+    spans = None if filters.within is None else filters.within.spans()
+    if spans is None or filters.queue is not None:
+        return None
+    return _queues_in(spans, MERGED_QUEUES)
+
+
+def _queues_in(spans: list[tuple[bytes, bytes | None]], limit: int) -> list[str] | None:
+    """The queues with entries in the key ranges `spans`, in key order; None past
+    `limit` of them."""
+    names = list(itertools.islice(_names_in(spans), limit + 1))
+    return None if len(names) > limit else names
+
+
+def _names_in(spans: list[tuple[bytes, bytes | None]]) -> Iterator[str]:
+    """One seek of the (key, id) index a queue with entries and one a range; none for
+    a range that is one queue's (`keys.queue_bounds`), whose name it is."""
+    by_key = _entries().order_by("key").values_list("key", flat=True)
+    for low, high in spans:
+        if high == low + b"\x01":
+            yield keys.queue_of(low)
+            continue
+        start = low
+        while True:
+            rows = by_key.filter(key__gte=start)
+            found = (rows if high is None else rows.filter(key__lt=high)).first()
+            if found is None:
+                break
+            prefix = keys.prefix_of(bytes(found))
+            yield keys.queue_of(prefix)
+            start = prefix + b"\x01"
+
+
+def _merged_page(names: list[str], filters: Filters, cursor: Cursor | None, size: int) -> Page:
+    """The page of the entries of the queues `names`: each queue's range of the
+    (queue, archived_at, id) index after `cursor`, merged newest first. Filtered, each
+    queue looks through its next `WINDOW / len(names)` entries at most, back to the
+    newest place where one of them stops (the edge): never more than `WINDOW`
+    entries in all, and none of another queue."""
+    ranges: list[QuerySet[ArchivedMessage]] = []
+    for name in names:
+        rows = _entries().filter(queue=name)
+        ranges.append(rows if cursor is None else _older_than(rows, cursor))
+    if not filters.windowed:
+        found = list(itertools.islice(_merged_entries(ranges, size + 1), size + 1))
+        more = len(found) > size
+        return Page(found[:size], Cursor.of(found[size - 1]) if more else None)
+    share = -(-WINDOW // max(1, len(names)))
+    stops = [
+        Cursor(*stop)
+        for rows in ranges
+        if (stop := newest_first(rows).values_list("archived_at", "id")[share - 1 : share].first())
+    ]
+    edge = max(stops, key=lambda stop: (stop.at, stop.id), default=None)
+    if edge is not None:
+        ranges = [_not_older_than(rows, edge) for rows in ranges]
+    candidates = _merged_entries([narrowed(rows, filters) for rows in ranges], size + 1)
+    if filters.query is not None and filters.query.conditions:
+        return _searched(candidates, filters.query, size, edge, filters.reveal)
+    found = list(itertools.islice(candidates, size + 1))
+    if len(found) > size:
+        return Page(found[:size], Cursor.of(found[size - 1]), 0)
+    if edge is None:
+        return Page(found, None)
+    looked = sum(rows[:share].count() for rows in ranges)
+    return Page(found, edge, looked, True)
+
+
+def _merged_entries(
+    ranges: list[QuerySet[ArchivedMessage]], first: int
+) -> Iterator[ArchivedMessage]:
+    """The entries of `ranges` merged newest first, each range read `first` entries at
+    a time, then more (`_batches`)."""
+    streams = [_batches(newest_first(rows), first) for rows in ranges]
+    return heapq.merge(*streams, key=lambda entry: (entry.archived_at, entry.id), reverse=True)
 
 
 def _searched(
-    candidates: QuerySet[ArchivedMessage],
+    candidates: Iterator[ArchivedMessage],
     query: Query,
     size: int,
     edge: Cursor | None,
     reveal: bool,
 ) -> Page:
-    """The first `size` candidates whose decoded message `query` matches, read in
-    batches, for at most `SEARCH_SECONDS`."""
+    """The first `size` candidates (newest first) whose decoded message `query`
+    matches, for at most `SEARCH_SECONDS`."""
     deadline = time.monotonic() + SEARCH_SECONDS
     found: list[ArchivedMessage] = []
     looked = 0
     last: Cursor | None = None
-    for entry in _batches(candidates):
+    for entry in candidates:
         looked += 1
         last = Cursor.of(entry)
         msgs = _messages(entry)
@@ -204,14 +312,18 @@ def _searched(
     return Page(found, edge, looked, edge is not None)
 
 
-def _batches(rows: QuerySet[ArchivedMessage]) -> Iterator[ArchivedMessage]:
+def _batches(rows: QuerySet[ArchivedMessage], first: int = _BATCH) -> Iterator[ArchivedMessage]:
+    """`rows` (newest first) read `first` at a time, twice as many each time after,
+    up to `_BATCH`."""
     after: Cursor | None = None
+    size = min(first, _BATCH)
     while True:
-        batch = list((rows if after is None else _older_than(rows, after))[:_BATCH])
+        batch = list((rows if after is None else _older_than(rows, after))[:size])
         yield from batch
-        if len(batch) < _BATCH:
+        if len(batch) < size:
             return
         after = Cursor.of(batch[-1])
+        size = min(size * 2, _BATCH)
 
 
 def _messages(entry: ArchivedMessage) -> list[Message] | None:

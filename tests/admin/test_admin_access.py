@@ -15,9 +15,10 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from deadletter.admin import QueuedMessageAdmin, searching
+from deadletter.admin.archive import ArchivedMessageAdmin
 from deadletter.drain.redrives import plan_redrive
 from deadletter.models import ArchivedMessage, QueueAccess, Redrive
-from deadletter.queue import access, fetch_failed_msgs, store_failed_msgs
+from deadletter.queue import access, archive_pages, fetch_failed_msgs, store_failed_msgs
 from deadletter.queue.archive import discard
 from deadletter.wire.messages import Message
 from tests.admin.test_admin import CHANGELIST, Page, open_page, page_keys
@@ -315,3 +316,22 @@ def test_delete_all_matching_counts_only_the_granted_matches(
     confirm.submit(billing, confirm.form_with("post"))
     assert fetch_failed_msgs("billing.cards") == []
     assert len(fetch_failed_msgs("support")) == 3
+
+
+def test_the_archive_list_is_full_of_granted_entries_behind_other_queues(
+    billing: Client, monkeypatch: Any
+) -> None:
+    monkeypatch.setattr(ArchivedMessageAdmin, "list_per_page", 2)
+    monkeypatch.setattr(archive_pages, "WINDOW", 4)
+    for subject in ("mine-0", "mine-1"):
+        discard(park("billing.cards", subject), actor="root")
+    for i in range(10):
+        discard(park("support", f"theirs-{i}"), actor="root")
+    discard(park("billing.refunds", "mine-2"), actor="root")
+    for i in range(10, 20):
+        discard(park("support", f"theirs-{i}"), actor="root")
+    first = open_page(billing, ARCHIVE)
+    assert shown(first) == ["mine-2", "mine-1"]
+    second = open_page(billing, first.link("next ›"))
+    assert shown(second) == ["mine-0"]
+    assert "next ›" not in {label for label, _ in second.links}

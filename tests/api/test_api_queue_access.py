@@ -13,6 +13,8 @@ from django.contrib.auth.models import Group, Permission, User
 from rest_framework.test import APIClient
 
 from deadletter.models import ArchivedMessage, QueueAccess, QueuedMessage, Redrive
+from deadletter.queue import archive_pages
+from deadletter.queue.archive import discard
 from tests.factories import park
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -306,4 +308,22 @@ def test_a_search_page_is_full_of_granted_matches_between_other_queues(billing) 
     assert subjects(first) == ["mine-0 invoice", "mine-1 invoice"]
     second = billing.get(first["next"]).json()
     assert subjects(second) == ["mine-2 invoice"]
+    assert second["next"] is None
+
+
+def test_the_archive_list_is_full_of_granted_entries_behind_other_queues(
+    billing, monkeypatch
+) -> None:
+    monkeypatch.setattr(archive_pages, "WINDOW", 4)
+    for key in park("mine-0", "mine-1", queue="billing.invoices"):
+        discard(key, actor="root")
+    for key in park(*(f"theirs-{i}" for i in range(10)), queue="support.tickets"):
+        discard(key, actor="root")
+    discard(park("mine-2", queue="billing.refunds")[0], actor="root")
+    for key in park(*(f"theirs-{i}" for i in range(10, 20)), queue="billingx"):
+        discard(key, actor="root")
+    first = billing.get(f"{API}/archive/", {"limit": 2}).json()
+    assert subjects(first) == ["mine-2", "mine-1"]
+    second = billing.get(first["next"]).json()
+    assert subjects(second) == ["mine-0"]
     assert second["next"] is None
