@@ -68,9 +68,9 @@ def messages_of(obj: QueuedMessage) -> list[Message] | None:
         if not browse.is_too_large(key, len(value)):
             with contextlib.suppress(codec.CodecError):
                 decoded = codec.decode(value)
-        reveal = getattr(obj, "_reveal", False)
-        obj._scrub = redaction.scrubber(keys.queue_of(key), decoded, reveal=reveal)  # type: ignore[attr-defined]
+        obj._stored = decoded  # type: ignore[attr-defined]
         if decoded:
+            reveal = getattr(obj, "_reveal", False)
             decoded = redaction.redacted_all(decoded, keys.queue_of(key), reveal=reveal)
         obj._decoded = decoded  # type: ignore[attr-defined]
     return obj._decoded  # type: ignore[attr-defined]
@@ -81,8 +81,9 @@ def scrubber_of(obj: QueuedMessage) -> redaction.Scrub:
     shows to its viewer (`show_to`): the row's redacted values it quotes masked
     (`redaction.scrubber`)."""
     messages_of(obj)
-    scrub: redaction.Scrub = obj._scrub  # type: ignore[attr-defined]
-    return scrub
+    stored: list[Message] | None = obj._stored  # type: ignore[attr-defined]
+    reveal = getattr(obj, "_reveal", False)
+    return redaction.scrubber(keys.queue_of(bytes(obj.key)), stored, reveal=reveal)
 
 
 def first(obj: QueuedMessage) -> Message | None:

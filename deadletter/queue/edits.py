@@ -89,12 +89,13 @@ class Change:
 @dataclasses.dataclass(frozen=True, slots=True)
 class Edited:
     """An edit that was saved: the row's key (unchanged), its new ETag and message,
-    and what changed."""
+    what changed, and the message it replaced."""
 
     key: bytes
     etag: str
     msg: Message
     changes: tuple[Change, ...]
+    old: Message
 
 
 def etag_of(value: bytes) -> str:
@@ -179,11 +180,13 @@ def edit_msg(key: bytes, msg: Message, *, expected: str, actor: str) -> Edited:
             changes = tuple(changes_of(old, msg))
             _refuse_fixed(changes)
             if not changes:
-                return Edited(key, expected, old, ())
+                return Edited(key, expected, old, (), old)
+            msg = msg.replace(queued_at=old.queued_at)
             left = redaction.left_behind(queue, old, msg)
-            msg = msg.replace(queued_at=old.queued_at, extra=_rewritten(msg.extra, left))
+            if left is not None:
+                msg = msg.replace(extra=_rewritten(msg.extra, left))
+                history.rewrite_errors(connection, key, left)
             value = _encoded(msg)
-            history.rewrite_errors(connection, key, left)
             archive.archive_rows(
                 connection, queue, [(key, old_value)], ArchivedMessage.Reason.EDITED, actor
             )
@@ -200,7 +203,7 @@ def edit_msg(key: bytes, msg: Message, *, expected: str, actor: str) -> Edited:
         logger.exception("edit failed key=%s", key.hex())
         raise QueueingError("the edit failed in the database; nothing was saved") from exc
     logger.info("edited message queue=%s key=%s actor=%s", queue, key.hex(), actor)
-    return Edited(key, etag_of(value), msg, changes)
+    return Edited(key, etag_of(value), msg, changes, old)
 
 
 def _locked_value(key: bytes) -> bytes:
@@ -325,18 +328,7 @@ def audit(user: Any, edited: Edited, *, note: str = "") -> None:
     if user is None or not apps.is_installed("django.contrib.admin"):
         return
     queue = keys.queue_of(edited.key)
-    before = edited.msg.replace(
-        **{c.name: c.old for c in edited.changes if not c.name.startswith("extra.")},
-        extra={
-            **edited.msg.extra,
-            **{
-                c.name.removeprefix("extra."): c.old
-                for c in edited.changes
-                if c.name.startswith("extra.")
-            },
-        },
-    )
-    old = redaction.redacted(before, queue, reveal=False)
+    old = redaction.redacted(edited.old, queue, reveal=False)
     new = redaction.redacted(edited.msg, queue, reveal=False)
     parts = [
         f"{c.name}: {shown(_field(old, c.name))} → {shown(_field(new, c.name))}"

@@ -305,12 +305,15 @@ def scrubber(
     return _scrub_of(hidden, lengths=lengths) or _as_it_is
 
 
-def left_behind(queue: str, old: Message, new: Message) -> Scrub:
+def left_behind(queue: str, old: Message, new: Message) -> Scrub | None:
     """Masks (with their lengths) the redacted values of `old` that `new` no longer
     holds: an edit that mends an address leaves the old one quoted in the errors of
-    the attempts it failed, where `new` can no longer tell it is to be masked."""
+    the attempts it failed, where `new` can no longer tell it is to be masked. None
+    when it holds them all (nothing to rewrite)."""
+    if _setting() is None:
+        return None
     gone = _hidden(old, _names_of(queue, old)) - _hidden(new, _names_of(queue, new))
-    return _scrub_of(gone, lengths=True) or _as_it_is
+    return _scrub_of(gone, lengths=True)
 
 
 def _as_it_is(text: str) -> str:
