@@ -335,7 +335,7 @@ def edit_page(
         f"{model_admin.admin_site.name}:deadletter_queuedmessage_change", args=[obj.key_hex]
     )
     value = bytes(obj.value or b"")
-    etag = edits.etag_of(value)
+    etag = edits.etag_of(key, value)
     try:
         msg = edits.editable_message(value)
     except edits.EditRefused as exc:
@@ -347,7 +347,8 @@ def edit_page(
     shown = redaction.redacted(msg, keys.queue_of(key), reveal=redaction.reveals(request.user))
     form = EditForm(request.POST or None, msg=msg, etag=etag, shown=shown)
     if request.method == "POST":
-        if request.POST.get("etag") != etag:
+        posted = str(request.POST.get("etag", ""))
+        if not edits.etag_matches(key, value, posted):
             model_admin.message_user(
                 request,
                 "The message changed since the form was opened (another edit, a retry or a "
@@ -357,7 +358,7 @@ def edit_page(
             form = EditForm(msg=msg, etag=etag, shown=shown)
         elif form.is_valid():
             try:
-                saved = _save(model_admin, request, key, form, etag)
+                saved = _save(model_admin, request, key, form, posted)
             except edits.EditConflict as exc:  # since the check above: the form anew
                 model_admin.message_user(request, f"Not saved: {exc}.", messages.ERROR)
                 return HttpResponseRedirect(request.get_full_path())

@@ -38,7 +38,8 @@ ETAG = OpenApiParameter(
     str,
     OpenApiParameter.HEADER,
     response=[200],
-    description="The row's strong ETag (of its stored bytes), for If-Match.",
+    description="The row's strong ETag, for If-Match: it changes whenever the row's stored "
+    "bytes do and, keyed with the site's secret, reveals nothing of them.",
 )
 
 
@@ -152,8 +153,8 @@ def patch(request: Request, key: bytes) -> Response:
     header = request.headers.get("If-Match")
     if not header or header.strip() == "*":
         raise PreconditionRequired()
-    etag = edits.etag_of(value)
-    if not matches(header, etag):
+    etag = next((tag for tag in edits.etags_of(key, value) if matches(header, tag)), None)
+    if etag is None:
         raise PreconditionFailed()
     try:
         msg = edits.editable_message(value)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import json
 import logging
 from collections.abc import Callable, Iterator
@@ -20,7 +19,9 @@ from typing import Any
 
 import cbor2
 from django.apps import apps
+from django.conf import settings
 from django.db import DatabaseError, transaction
+from django.utils.crypto import constant_time_compare, salted_hmac
 
 from deadletter.conf import conf
 from deadletter.exceptions import DeadletterError
@@ -43,7 +44,9 @@ __all__ = [
     "audit",
     "edit_msg",
     "editable_message",
+    "etag_matches",
     "etag_of",
+    "etags_of",
     "fixed_keys",
     "tagged_row",
     "row_value",
@@ -57,6 +60,7 @@ DRAIN_KEYS = (ATTEMPTS_KEY, LAST_ERROR_KEY)
 SHOWN_CHARS = 200
 """How much of an old or new value the audit log keeps."""
 _ETAG_CHARS = 32
+_ETAG_SALT = "deadletter.queue.edits.etag"
 CHANGE_FLAG = 2
 """`django.contrib.admin.models.CHANGE`, the flag `ModelAdmin.log_change` writes."""
 
@@ -98,9 +102,38 @@ class Edited:
     old: Message
 
 
-def etag_of(value: bytes) -> str:
-    """A strong ETag of a row's stored bytes: any change to them changes it."""
-    return hashlib.sha256(bytes(value)).hexdigest()[:_ETAG_CHARS]
+def etag_of(key: bytes, value: bytes, secret: str | bytes | None = None) -> str:
+    """A strong ETag of row `key` holding `value`: any change to the bytes changes
+    it, and it reveals nothing of them. An HMAC under `SECRET_KEY` (or `secret`),
+    never a plain digest: a viewer shown a masked value could otherwise encode
+    guesses with the codec and compare digests until one matched. The key is in
+    it, so two rows never compare equal by their tags."""
+    key = bytes(key)
+    mac = salted_hmac(
+        _ETAG_SALT,
+        len(key).to_bytes(2, "big") + key + bytes(value),
+        secret=secret,
+        algorithm="sha256",
+    )
+    return mac.hexdigest()[:_ETAG_CHARS]
+
+
+def etags_of(key: bytes, value: bytes) -> tuple[str, ...]:
+    """The tags a client may hold for row `key` holding `value`: under `SECRET_KEY`
+    first, then under each of `SECRET_KEY_FALLBACKS`, so a rotated key does not
+    turn every open form stale."""
+    secrets = [settings.SECRET_KEY, *getattr(settings, "SECRET_KEY_FALLBACKS", ())]
+    return tuple(etag_of(key, value, secret) for secret in secrets)
+
+
+def etag_matches(key: bytes, value: bytes, tag: str | None) -> bool:
+    """Whether `tag` is an ETag of row `key` holding `value` (`etags_of`)."""
+    if not tag:
+        return False
+    found = False
+    for candidate in etags_of(key, value):
+        found |= constant_time_compare(candidate, tag)
+    return found
 
 
 def row_value(key: bytes) -> bytes | None:
@@ -122,7 +155,7 @@ def tagged_row(key: bytes) -> tuple[browse.Row, str] | None:
     if not too_large:
         with contextlib.suppress(codec.CodecError):
             msgs = codec.decode(value)
-    return browse.Row(bytes(key), msgs, size, too_large), etag_of(value)
+    return browse.Row(bytes(key), msgs, size, too_large), etag_of(key, value)
 
 
 def fixed_keys() -> dict[str, str]:
@@ -152,7 +185,7 @@ def editable_message(value: bytes) -> Message:
 
 def edit_msg(key: bytes, msg: Message, *, expected: str, actor: str) -> Edited:
     """Replace the message of row `key` with `msg`, if the row's bytes still have
-    ETag `expected`: in one transaction the row is read locked, its original
+    ETag `expected` (`etag_matches`): in one transaction the row is read locked, its original
     archived as `edited` (by `actor`) and the new value written under the same
     key, due now (an edit that changes nothing writes nothing).
 
@@ -171,7 +204,7 @@ def edit_msg(key: bytes, msg: Message, *, expected: str, actor: str) -> Edited:
     try:
         with transaction.atomic(using=connection.alias):
             old_value = _locked_value(key)
-            if etag_of(old_value) != expected:
+            if not etag_matches(key, old_value, expected):
                 raise EditConflict(
                     "the message changed since the form was opened (another edit, a retry "
                     "or a drain came first); nothing was saved: open it again"
@@ -180,7 +213,7 @@ def edit_msg(key: bytes, msg: Message, *, expected: str, actor: str) -> Edited:
             changes = tuple(changes_of(old, msg))
             _refuse_fixed(changes)
             if not changes:
-                return Edited(key, expected, old, (), old)
+                return Edited(key, etag_of(key, old_value), old, (), old)
             msg = msg.replace(queued_at=old.queued_at)
             left = redaction.left_behind(queue, old, msg)
             if left is not None:
@@ -203,7 +236,7 @@ def edit_msg(key: bytes, msg: Message, *, expected: str, actor: str) -> Edited:
         logger.exception("edit failed key=%s", key.hex())
         raise QueueingError("the edit failed in the database; nothing was saved") from exc
     logger.info("edited message queue=%s key=%s actor=%s", queue, key.hex(), actor)
-    return Edited(key, etag_of(value), msg, changes, old)
+    return Edited(key, etag_of(key, value), msg, changes, old)
 
 
 def _locked_value(key: bytes) -> bytes:

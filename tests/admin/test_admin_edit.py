@@ -205,7 +205,9 @@ def test_an_edit_made_meanwhile_is_not_overwritten(admin_client) -> None:
     page, form = edit_form(admin_client, key)
     value = dict(table_rows())[key]
     msg = codec.decode(value)[0]
-    edits.edit_msg(key, msg.replace(subject="meanwhile"), expected=edits.etag_of(value), actor="x")
+    edits.edit_msg(
+        key, msg.replace(subject="meanwhile"), expected=edits.etag_of(key, value), actor="x"
+    )
     again = page.press(admin_client, form, "Save", subject="late")
     assert "changed since the form was opened" in again.text
     assert subject_of(key) == "meanwhile"

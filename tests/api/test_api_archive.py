@@ -144,7 +144,9 @@ def test_restoring_an_edits_original_replaces_the_edited_copy(api, settings) -> 
     (key,) = park("typo")
     value = bytes(QueuedMessage.objects.get(key=key).value)
     msg = codec.decode(value)[0]
-    edits.edit_msg(key, msg.replace(subject="fixed"), expected=edits.etag_of(value), actor="ed")
+    edits.edit_msg(
+        key, msg.replace(subject="fixed"), expected=edits.etag_of(key, value), actor="ed"
+    )
     body = api.post(f"{API}/archive/{key.hex()}/restore/").json()
     assert (body["key"], body["moved"], body["replaced"]) == (key.hex(), False, True)
     assert parked() == ["typo"]

@@ -4,6 +4,7 @@ written otherwise."""
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 import pytest
@@ -13,6 +14,7 @@ from rest_framework.test import APIClient
 
 from deadletter.contrib.tasks import capture
 from deadletter.models import ArchivedMessage
+from deadletter.queue import edits
 from deadletter.wire import codec
 from tests.factories import park, table_rows
 
@@ -149,3 +151,63 @@ def test_the_schema_documents_the_edit(api) -> None:
     assert "If-Match" in {p["name"] for p in patch["parameters"]}
     get = paths[f"{API}/messages/{{key}}/"]["get"]
     assert "ETag" in get["responses"]["200"]["headers"]
+
+
+UNKEYED = (hashlib.sha256, hashlib.sha1, hashlib.md5, hashlib.blake2b, hashlib.sha512)
+
+
+def test_a_viewer_cannot_guess_a_redacted_value_from_the_etag(settings: Any) -> None:
+    """The attack: the masked JSON gives every field but the hidden PIN, so a viewer
+    encodes each candidate with the app's own codec and compares digests with the
+    ETag. The reconstruction is exact (the right PIN gives the stored bytes), yet no
+    candidate's digest, of the value or of the key and value, is the ETag."""
+    settings.DEADLETTER_REDACT = {"q": ["Pin"]}
+    (key,) = park("card blocked", username="ana", extra={"Pin": "4821", "Site": "x"})
+    viewer = User.objects.create_user("viewer")
+    viewer.user_permissions.add(Permission.objects.get(codename="view_queuedmessage"))
+    client = APIClient()
+    client.force_login(viewer)
+    got = client.get(message_url(key))
+    assert got.json()["messages"][0]["extra"]["Pin"] != "4821"
+    tag = got["ETag"].strip('"')
+    known = codec.decode(stored(key))[0]
+
+    def guess(pin: str) -> bytes:
+        return codec.encode_one(known.replace(extra={**known.extra, "Pin": pin}))
+
+    assert guess("4821") == stored(key)
+    found = [
+        pin
+        for pin in (f"{n:04}" for n in range(10_000))
+        for value in (guess(pin),)
+        for data in (value, key + value, key + b"\x00" + value)
+        if any(digest(data).hexdigest().startswith(tag) for digest in UNKEYED)
+    ]
+    assert found == []
+
+
+def test_the_etag_is_keyed_with_the_secret_and_a_fallback_still_matches(settings: Any) -> None:
+    (key,) = park("first")
+    value = stored(key)
+    old = edits.etag_of(key, value)
+    settings.SECRET_KEY, settings.SECRET_KEY_FALLBACKS = (
+        "another secret " * 4,
+        [settings.SECRET_KEY],
+    )
+    assert edits.etag_of(key, value) != old
+    assert edits.etag_matches(key, value, old)
+    assert not edits.etag_matches(key, value + b" ", old)
+    (other,) = park("first")
+    assert edits.etag_of(other, value) != edits.etag_of(key, value)
+
+
+def test_a_tag_from_before_a_key_rotation_still_edits(api, settings: Any) -> None:
+    (key,) = park("first")
+    etag = api.get(message_url(key))["ETag"]
+    settings.SECRET_KEY, settings.SECRET_KEY_FALLBACKS = (
+        "another secret " * 4,
+        [settings.SECRET_KEY],
+    )
+    response = api.patch(message_url(key), {"subject": "second"}, format="json", HTTP_IF_MATCH=etag)
+    assert response.status_code == 200, response.json()
+    assert codec.decode(stored(key))[0].subject == "second"

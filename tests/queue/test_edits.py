@@ -45,7 +45,7 @@ def test_an_edit_keeps_the_key_and_archives_the_original_as_edited() -> None:
     edited = edits.edit_msg(
         key,
         msg.replace(subject="Ocjena: Fizika", extra={"Site": "y"}),
-        expected=edits.etag_of(before),
+        expected=edits.etag_of(key, before),
         actor="ops",
     )
     assert edited.key == key
@@ -57,7 +57,7 @@ def test_an_edit_keeps_the_key_and_archives_the_original_as_edited() -> None:
     assert stored_key == key
     assert codec.decode(after)[0].subject == "Ocjena: Fizika"
     assert codec.decode(after)[0].queued_at == msg.queued_at
-    assert edited.etag == edits.etag_of(after) != edits.etag_of(before)
+    assert edited.etag == edits.etag_of(key, after) != edits.etag_of(key, before)
     entry = archive.get_archived(key)
     assert entry is not None
     assert (entry.reason, entry.actor, entry.value) == ("edited", "ops", before)
@@ -67,10 +67,14 @@ def test_a_stale_etag_is_refused_and_nothing_is_written() -> None:
     (key,) = park("first")
     before = row_value(key)
     msg = codec.decode(before)[0]
-    edits.edit_msg(key, msg.replace(subject="second"), expected=edits.etag_of(before), actor="a")
+    edits.edit_msg(
+        key, msg.replace(subject="second"), expected=edits.etag_of(key, before), actor="a"
+    )
     after = row_value(key)
     with pytest.raises(edits.EditConflict, match="changed since the form was opened"):
-        edits.edit_msg(key, msg.replace(subject="third"), expected=edits.etag_of(before), actor="b")
+        edits.edit_msg(
+            key, msg.replace(subject="third"), expected=edits.etag_of(key, before), actor="b"
+        )
     assert row_value(key) == after
     assert ArchivedMessage.objects.count() == 1
 
@@ -80,7 +84,7 @@ def test_an_edit_of_a_row_that_is_gone_is_a_conflict() -> None:
     before = row_value(key)
     dequeue(key)
     with pytest.raises(edits.EditConflict, match="gone"):
-        edits.edit_msg(key, Message(subject="x"), expected=edits.etag_of(before), actor="a")
+        edits.edit_msg(key, Message(subject="x"), expected=edits.etag_of(key, before), actor="a")
     assert table_rows() == []
     assert ArchivedMessage.objects.count() == 0
 
@@ -93,10 +97,12 @@ def test_a_kept_or_sealed_key_is_refused(name: str) -> None:
     before = row_value(key)
     msg = codec.decode(before)[0]
     with pytest.raises(edits.EditRefused, match="not editable") as refused:
-        edits.edit_msg(key, msg.replace(extra={name: 2}), expected=edits.etag_of(before), actor="a")
+        edits.edit_msg(
+            key, msg.replace(extra={name: 2}), expected=edits.etag_of(key, before), actor="a"
+        )
     assert refused.value.field == f"extra.{name}"
     with pytest.raises(edits.EditRefused, match="not editable"):
-        edits.edit_msg(key, msg.replace(extra={}), expected=edits.etag_of(before), actor="a")
+        edits.edit_msg(key, msg.replace(extra={}), expected=edits.etag_of(key, before), actor="a")
     assert row_value(key) == before
     assert ArchivedMessage.objects.count() == 0
 
@@ -109,7 +115,7 @@ def test_the_first_failure_stays_as_it_was() -> None:
         edits.edit_msg(
             key,
             msg.replace(queued_at=GoTime.now() + timedelta(days=1)),
-            expected=edits.etag_of(before),
+            expected=edits.etag_of(key, before),
             actor="a",
         )
     assert row_value(key) == before
@@ -124,7 +130,7 @@ def test_a_value_go_cannot_hold_is_refused_before_anything_is_written(change: di
     before = row_value(key)
     msg = codec.decode(before)[0]
     with pytest.raises(edits.EditRefused, match="Go format cannot hold"):
-        edits.edit_msg(key, msg.replace(**change), expected=edits.etag_of(before), actor="a")
+        edits.edit_msg(key, msg.replace(**change), expected=edits.etag_of(key, before), actor="a")
     assert row_value(key) == before
     assert ArchivedMessage.objects.count() == 0
 
@@ -134,7 +140,9 @@ def test_a_queue_whose_policy_does_not_say_editable_is_refused() -> None:
     before = row_value(key)
     msg = codec.decode(before)[0]
     with pytest.raises(edits.EditRefused, match="not editable"):
-        edits.edit_msg(key, msg.replace(subject="x"), expected=edits.etag_of(before), actor="a")
+        edits.edit_msg(
+            key, msg.replace(subject="x"), expected=edits.etag_of(key, before), actor="a"
+        )
     assert row_value(key) == before
 
 
@@ -142,7 +150,7 @@ def test_a_row_of_several_messages_is_refused() -> None:
     key = insert_at("q", GoTime.now().unix_ns, 1, [Message(subject="a"), Message(subject="b")])
     before = row_value(key)
     with pytest.raises(edits.EditRefused, match="holds 2 messages"):
-        edits.edit_msg(key, Message(subject="c"), expected=edits.etag_of(before), actor="a")
+        edits.edit_msg(key, Message(subject="c"), expected=edits.etag_of(key, before), actor="a")
     assert row_value(key) == before
 
 
@@ -150,7 +158,7 @@ def test_an_edit_that_changes_nothing_writes_nothing() -> None:
     (key,) = park("same")
     before = row_value(key)
     msg = codec.decode(before)[0]
-    edited = edits.edit_msg(key, msg, expected=edits.etag_of(before), actor="a")
+    edited = edits.edit_msg(key, msg, expected=edits.etag_of(key, before), actor="a")
     assert edited.changes == ()
     assert row_value(key) == before
     assert ArchivedMessage.objects.count() == 0
@@ -161,7 +169,7 @@ def test_with_the_archive_off_the_edit_is_saved_and_nothing_archived(settings: A
     (key,) = park("off")
     before = row_value(key)
     msg = codec.decode(before)[0]
-    edits.edit_msg(key, msg.replace(subject="on"), expected=edits.etag_of(before), actor="a")
+    edits.edit_msg(key, msg.replace(subject="on"), expected=edits.etag_of(key, before), actor="a")
     assert codec.decode(row_value(key))[0].subject == "on"
     assert ArchivedMessage.objects.count() == 0
 
@@ -180,7 +188,7 @@ def test_two_concurrent_edits_with_one_etag_one_wins_one_is_refused() -> None:
     (key,) = park("original")
     before = row_value(key)
     msg = codec.decode(before)[0]
-    etag = edits.etag_of(before)
+    etag = edits.etag_of(key, before)
     start = threading.Barrier(2)
     outcomes: dict[str, Any] = {}
 
@@ -233,7 +241,9 @@ def test_on_a_server_a_row_a_drain_holds_is_a_conflict_not_a_wait() -> None:
     try:
         assert locked.wait(30)
         with pytest.raises(edits.EditConflict, match="holds the message"):
-            edits.edit_msg(key, msg.replace(subject="x"), expected=edits.etag_of(before), actor="a")
+            edits.edit_msg(
+                key, msg.replace(subject="x"), expected=edits.etag_of(key, before), actor="a"
+            )
     finally:
         release.set()
         holder.join(30)
@@ -246,7 +256,7 @@ def test_restoring_an_edits_original_takes_its_key_back_and_archives_the_edited_
     before = row_value(key)
     msg = codec.decode(before)[0]
     fixed = msg.replace(subject="typo fixed")
-    edits.edit_msg(key, fixed, expected=edits.etag_of(before), actor="a")
+    edits.edit_msg(key, fixed, expected=edits.etag_of(key, before), actor="a")
     edited_value = row_value(key)
     original = archive.get_archived(key)
     assert original is not None and original.value == before
