@@ -14,8 +14,9 @@ from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.contrib.admin.utils import unquote
+from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.http import Http404, HttpRequest
 
 from deadletter.models import QueueAccess
@@ -93,8 +94,37 @@ def posted(request: HttpRequest) -> int | None:
     return len(set(request.POST.getlist(helpers.ACTION_CHECKBOX_NAME)))
 
 
+def affected(group: Any, user: Any) -> str:
+    """What saving a rule for `group` or `user` does, in users: the active users who
+    are not superusers that it applies to and, when it is the first rule, the others
+    it leaves with no queue until a rule grants them one."""
+    people = get_user_model().objects.filter(is_active=True, is_superuser=False)
+    if group is not None:
+        held = people.filter(groups=group).count()
+        whom = f"group {group}"
+    else:
+        held = int(people.filter(pk=user.pk).exists())
+        whom = f"user {user}"
+    text = f"This rule applies to {held:,} user(s) ({whom}; superusers are never restricted)."
+    if not QueueAccess.objects.exists():
+        others = people.count() - held
+        text += (
+            f" It is the first rule: from then on the other {others:,} active user(s) who "
+            "are not superusers see no queue until a rule grants them one."
+        )
+    return text
+
+
 class QueueAccessForm(forms.ModelForm):
-    """Exactly one holder, a group or a user, and a pattern that is not empty."""
+    """Exactly one holder, a group or a user, and a pattern that is not empty; a new
+    or changed rule is saved only once `confirm` is ticked after the form said how
+    many users it affects (`affected`)."""
+
+    confirm = forms.BooleanField(
+        required=False,
+        label="Confirm",
+        help_text="Tick to save once the form has said how many users the rule affects.",
+    )
 
     class Meta:
         model = QueueAccess
@@ -112,6 +142,14 @@ class QueueAccessForm(forms.ModelForm):
         data = super().clean() or {}
         if bool(data.get("group")) == bool(data.get("user")):
             raise forms.ValidationError("Choose a group or a user: exactly one of them.")
+        changed = set(self.changed_data) - {"confirm"}
+        if changed and not self.errors and not data.get("confirm"):
+            self.data = self.data.copy()
+            self.data["confirm"] = "on"  # shown ticked: saving again confirms
+            raise forms.ValidationError(
+                affected(data.get("group"), data.get("user"))
+                + " Save again to confirm (Confirm is now ticked)."
+            )
         return data
 
 
@@ -135,10 +173,28 @@ class QueueAccessAdmin(admin.ModelAdmin):
                 "see only the queues their rules (their own and their groups') grant.",
             },
         ),
+        (None, {"fields": ("confirm",)}),
     )
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[QueueAccess]:
-        return super().get_queryset(request).select_related("group", "user")
+        """Every rule for a user who may change them; a restricted user's own rules
+        and their groups' only (the others name other teams' queues)."""
+        rules = super().get_queryset(request).select_related("group", "user")
+        if access.may_change_rules(request.user):
+            return rules
+        user = request.user
+        return rules.filter(Q(user_id=user.pk) | Q(group_id__in=user.groups.values("id")))
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return super().has_add_permission(request) and access.may_change_rules(request.user)
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        allowed = super().has_change_permission(request, obj)
+        return allowed and access.may_change_rules(request.user)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        allowed = super().has_delete_permission(request, obj)
+        return allowed and access.may_change_rules(request.user)
 
     @admin.display(description="group or user", ordering="group__name")
     def holder(self, obj: QueueAccess) -> str:

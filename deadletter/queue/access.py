@@ -30,7 +30,7 @@ from deadletter.queue.api import walk_queue_names
 from deadletter.store import scans, sql
 from deadletter.wire import keys
 
-__all__ = ["ACTIONS", "RESOLVE_LIMIT", "Scope", "can", "scope_of"]
+__all__ = ["ACTIONS", "RESOLVE_LIMIT", "Scope", "can", "may_change_rules", "scope_of"]
 
 ACTIONS = ("view", "retry", "edit", "delete", "redrive")
 # The most queue names a pattern that is neither a name nor a prefix is
@@ -356,3 +356,12 @@ def forget(user: Any) -> None:
 def can(user: Any, action: str, queue: str) -> bool:
     """Whether `user`'s scope allows `action` on `queue` (not the model permission)."""
     return scope_of(user).allows(queue, action)
+
+
+def may_change_rules(user: Any) -> bool:
+    """Whether `user` may add, change or delete `QueueAccess` rules (the model
+    permission is checked on top): only an unrestricted user, an active superuser
+    or anyone while no rule exists. A user whom a rule restricts could otherwise
+    write `* / every action` for himself: a rule can never widen its writer's scope
+    nor anyone's, because no restricted user writes one."""
+    return scope_of(user).unrestricted

@@ -248,7 +248,8 @@ def test_the_rules_admin_wants_one_holder_and_a_pattern(admin_client: Client) ->
     empty = admin_client.post(f"{RULES}add/", {"group": team.pk, "queues": " ", "view": "on"})
     assert "This field is required." in empty.content.decode()
     done = admin_client.post(
-        f"{RULES}add/", {"group": team.pk, "queues": "billing.*", "view": "on", "retry": "on"}
+        f"{RULES}add/",
+        {"group": team.pk, "queues": "billing.*", "view": "on", "retry": "on", "confirm": "on"},
     )
     assert done.status_code == 302
     rule = QueueAccess.objects.get()
