@@ -235,6 +235,9 @@ class KeysetChangeList(ChangeList):
                     reveal=redaction.reveals(request.user),
                     spans=self.spans,
                 )
+            except search.SearchTooCostly as exc:
+                messages.error(request, f"Search: {exc}")
+                found, more = [], False
             except ValueError:  # no such queue name: the queue filter shows none either
                 found, more = [], False
             rows = list(queryset.filter(key__in=found).order_by("key"))

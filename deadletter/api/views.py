@@ -225,14 +225,17 @@ def _page(request: Request, asked: dict[str, Any], name: str | None, path: str) 
     if found or name is None:
         # Across queues, a restricted user's search walks their granted key ranges only;
         # one queue's (`name`) was judged whole by `require`.
-        row_keys, more = search.keys_page(
-            found or search.parse(""),
-            queue=name,
-            after_key=after,
-            size=limit,
-            reveal=reveal,
-            spans=scope(request).spans() if name is None else None,
-        )
+        try:
+            row_keys, more = search.keys_page(
+                found or search.parse(""),
+                queue=name,
+                after_key=after,
+                size=limit,
+                reveal=reveal,
+                spans=scope(request).spans() if name is None else None,
+            )
+        except search.SearchTooCostly as exc:
+            raise ValidationError({"q": [str(exc)]}) from None
         rows = browse.rows_of(row_keys)
     else:
         rows = browse.page_rows(name, after=after, limit=limit + 1)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from argparse import ArgumentParser, ArgumentTypeError
 
+from deadletter.queue import search
 from deadletter.wire import keys
 
 
@@ -12,6 +13,16 @@ def queue_name(value: str) -> str:
     try:
         keys.encode_queue_name(value)
     except ValueError as exc:
+        raise ArgumentTypeError(str(exc)) from None
+    return value
+
+
+def search_text(value: str) -> str:
+    """argparse `type=` of every `--search`: a search the language can run, else the
+    usage error (exit status 2) saying what to change, the same in every command."""
+    try:
+        search.parse(value)
+    except search.SearchError as exc:
         raise ArgumentTypeError(str(exc)) from None
     return value
 

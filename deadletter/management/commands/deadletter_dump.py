@@ -10,7 +10,7 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
-from deadletter.management.arguments import add_queue_argument
+from deadletter.management.arguments import add_queue_argument, search_text
 from deadletter.management.database import DatabaseCommand
 from deadletter.management.progress import add_progress_argument, progress_bar
 from deadletter.management.queues import require_known_queues
@@ -33,6 +33,7 @@ class Command(DatabaseCommand):
             "--search",
             metavar="S",
             default="",
+            type=search_text,
             help="Only the messages this search matches (the admin's language: words, "
             '"phrases", subject:, user:, error:, code:, cause:, key:, after:, before:, '
             "NAME:value).",
@@ -48,11 +49,8 @@ class Command(DatabaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         queues, path = options["queues"], options["output"]
-        try:
-            query = search.parse(options["search"])
-        except search.SearchError as exc:
-            raise CommandError(f"--search: {exc}") from exc
-        self.query = query
+        # Checked by `search_text` already: a malformed search exits 2 before this.
+        self.query = query = search.parse(options["search"])
         self.redact = bool(options["redact"])
         try:
             require_known_queues(queues)

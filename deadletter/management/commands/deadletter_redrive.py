@@ -38,7 +38,7 @@ from deadletter.drain.delivery import Stop
 from deadletter.drain.redrive_run import run_redrive
 from deadletter.drain.redrive_turns import resume_redrives
 from deadletter.drain.redrives import RedriveError, audit, cancel_redrive, plan_redrive
-from deadletter.management.arguments import queue_name
+from deadletter.management.arguments import queue_name, search_text
 from deadletter.management.commands.deadletter_drain import positive_int, rate
 from deadletter.management.database import DatabaseCommand, require_migrated
 from deadletter.management.progress import add_progress_argument, progress_bar
@@ -106,7 +106,9 @@ class Command(DatabaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--queue", type=queue_name, metavar="NAME", help="The queue.")
-        parser.add_argument("--search", default="", metavar="QUERY", help="Only what matches.")
+        parser.add_argument(
+            "--search", default="", type=search_text, metavar="QUERY", help="Only what matches."
+        )
         parser.add_argument(
             "--after", type=moment, metavar="WHEN", help="First failed at or after (ISO)."
         )

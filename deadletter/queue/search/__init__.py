@@ -15,6 +15,8 @@ from deadletter.queue.search.index import (
     upkeep,
 )
 from deadletter.queue.search.lookup import (
+    MAX_CANDIDATES,
+    SearchTooCostly,
     count_matching,
     iter_matching,
     iter_matching_rows,
@@ -24,11 +26,13 @@ from deadletter.queue.search.lookup import (
 from deadletter.queue.search.query import Cause, Query
 
 __all__ = [
+    "MAX_CANDIDATES",
     "MAX_QUERY_CHARS",
     "MAX_TERMS",
     "Cause",
     "Query",
     "SearchError",
+    "SearchTooCostly",
     "SweepCursor",
     "count_matching",
     "index_pending",

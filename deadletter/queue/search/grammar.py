@@ -7,22 +7,29 @@
     cause:"..."          the failure signature, exactly
     key:0a1b             the key's hex starts so
     after:2026-12-01  before:2026-12-01T14:30     the first failure (`QueuedAt`)
+    after:>2026-12-01  before:<=2026-12-01         strictly after, at or before
+    attempts:>3  attempts:<=1  attempts:0          the failed deliveries so far
+    age:>2d  age:<90m    the time since the first failure (s, m, h, d, w), now
     NAME:value           another key of the message (`order_id:1234`)
 
 Terms are separated by spaces and must all hold. A date without a time is its
 midnight, a time without an offset is in the current time zone (Django's).
+A comparison (`>`, `>=`, `<`, `<=`, `=` before an unquoted value) is read only on
+`attempts:`, `age:`, `after:` and `before:`; anywhere else it is an error, never a
+search for the digits after it (quote the value to search for its words).
 """
 
 from __future__ import annotations
 
 import re
-from datetime import datetime, time
+from datetime import datetime, time, timedelta
 
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 
 from deadletter.conf import conf
 from deadletter.queue.search.query import (
+    Attempts,
     Cause,
     Code,
     FirstFailure,
@@ -47,6 +54,11 @@ _TERM = re.compile(
     r'|(?P<word>[^\s"]+)'
 )
 _ESCAPE = re.compile(r"\\(.)")
+# A comparison before a value: the longest operator first.
+_COMPARISON = re.compile(r"(>=|<=|>|<|=)(.*)", re.DOTALL)
+_COMPARED = "attempts:, age:, after: and before:"
+_AGE = re.compile(r"(\d{1,9})([smhdw])")
+_AGE_UNIT = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 
 
 class SearchError(ValueError):
@@ -79,12 +91,18 @@ def parse(text: str, *, after: datetime | None = None, before: datetime | None =
         name = found["name"]
         if name is None:
             phrase = found["phrase"]
+            if phrase is None and found["word"][0] in "<>":
+                word = found["word"]
+                raise SearchError(
+                    f"{word!r} compares nothing: name what ({_COMPARED} take "
+                    f'>, >=, <, <=: attempts:>3), or quote it to search for its words: "{word}"'
+                )
             text_of = found["word"] if phrase is None else _ESCAPE.sub(r"\1", phrase)
             conditions.append(_phrase(text_of or "", None))
             continue
         quoted = found["quoted"]
         value = found["bare"] if quoted is None else _ESCAPE.sub(r"\1", quoted)
-        _qualifier(name, value or "", conditions, causes, prefixes)
+        _qualifier(name, value or "", quoted is not None, conditions, causes, prefixes)
     if after is not None or before is not None:
         conditions.append(FirstFailure(after and _aware(after), before and _aware(before)))
     return Query(text, tuple(conditions), tuple(causes), tuple(prefixes))
@@ -98,6 +116,7 @@ def quote(value: str) -> str:
 def _qualifier(
     name: str,
     value: str,
+    quoted: bool,
     conditions: list[MessageCondition],
     causes: list[Cause],
     prefixes: list[KeyPrefix],
@@ -105,6 +124,22 @@ def _qualifier(
     folded = name.casefold()
     if not value:
         raise SearchError(f'{name}: needs a value (quote one with spaces: {name}:"...")')
+    compared = _COMPARISON.fullmatch(value)
+    if folded in ("attempts", "age", "after", "before"):
+        op, value = (compared[1], compared[2]) if compared else (None, value)
+        if not value:
+            raise SearchError(f"{name}: needs a value after {op}")
+        conditions.append(_compared(folded, op, value))
+        return
+    if compared is not None and not quoted:
+        hint = {
+            "code": "code: names one code (code:500)",
+            "key": "key: takes the start of a key in hex",
+        }.get(folded, f'quote the value to search for its words: {name}:"{value}"')
+        raise SearchError(
+            f"{name}: takes no comparison ({compared[1]}); only {_COMPARED} do "
+            f"(attempts:>3, age:>2d); {hint}"
+        )
     if folded in _FIELDS:
         conditions.append(_phrase(value, _FIELDS[folded]))
     elif folded == "code":
@@ -116,12 +151,48 @@ def _qualifier(
         if not _HEX.fullmatch(hex_text):
             raise SearchError(f"key: wants the start of a key in hex, got {value!r}")
         prefixes.append(KeyPrefix(hex_text))
-    elif folded in ("after", "before"):
-        when = _when(folded, value)
-        bound = FirstFailure(after=when) if folded == "after" else FirstFailure(before=when)
-        conditions.append(bound)
     else:
         conditions.append(_phrase(value, f"key:{folded}"))
+
+
+def _compared(name: str, op: str | None, value: str) -> MessageCondition:
+    """The condition of `attempts:`, `age:`, `after:` or `before:` with its
+    comparison `op` (None: none written)."""
+    if name == "attempts":
+        if not value.isascii() or not value.isdigit():
+            raise SearchError(
+                f"attempts: wants a whole number, after >, >=, <, <= or = if you like "
+                f"(attempts:>3), got {value!r}"
+            )
+        return Attempts(op or "=", int(value))
+    if name == "age":
+        found = _AGE.fullmatch(value.casefold())
+        if op is None or op == "=" or found is None:
+            raise SearchError(
+                "age: wants >, >=, < or <= and a number of s, m, h, d or w "
+                f"(age:>2d, age:<90m), got {(op or '') + value!r}"
+            )
+        try:
+            since = timezone.now() - timedelta(**{_AGE_UNIT[found[2]]: int(found[1])})
+        except OverflowError:
+            raise SearchError(f"age: {value} reaches before the year 1") from None
+        # Older than the age is a first failure before now minus it, and the reverse.
+        if op.startswith(">"):
+            return FirstFailure(before=since, before_inclusive=op == ">=")
+        return FirstFailure(after=since, after_strict=op == "<")
+    when = _when(name, value)
+    if name == "after":
+        if op not in (None, ">", ">="):
+            raise SearchError(
+                f"after: takes > or >= (after:>{value}); for an earlier first failure "
+                f"use before:{value}"
+            )
+        return FirstFailure(after=when, after_strict=op == ">")
+    if op not in (None, "<", "<="):
+        raise SearchError(
+            f"before: takes < or <= (before:<={value}); for a later first failure use after:{value}"
+        )
+    return FirstFailure(before=when, before_inclusive=op == "<=")
 
 
 def _phrase(text: str, field: str | None) -> Phrase:

@@ -7,8 +7,10 @@ load, a move), every UPDATE of a value sets it, so the pending rows are exactly
 the rows whose words may be missing. The indexer reads a batch of them, writes
 their postings and clears the mark in one short transaction, the mark only where
 the value is still the one it read (a row rewritten meanwhile stays pending).
-A search indexes the pending rows of its key range first, so it never misses a
-row; the drain service keeps the backlog near zero.
+A search indexes at most `REQUEST_ROWS` pending rows of its key range itself and
+reads the rest directly beside the index (`lookup`), so it never misses a row and
+never indexes a backlog inside a request; the drain service keeps the backlog
+near zero.
 """
 
 from __future__ import annotations
@@ -31,9 +33,11 @@ from deadletter.wire.messages import Message
 
 __all__ = [
     "BATCH",
+    "REQUEST_ROWS",
     "SWEEP_BATCH",
     "UPKEEP_SECONDS",
     "SweepCursor",
+    "cause_of",
     "index_pending",
     "iter_sweep",
     "pending_count",
@@ -44,6 +48,8 @@ __all__ = [
 logger = logging.getLogger("deadletter")
 
 BATCH = 500
+# The most pending rows one search indexes itself (about one batch's transaction).
+REQUEST_ROWS = BATCH
 SWEEP_BATCH = 5000
 # One batch's transaction holds SQLite's write lock for about its postings'
 # inserts: a batch stops taking rows at this many postings (or after this long
@@ -68,10 +74,12 @@ def index_pending(
     low: bytes = b"",
     high: bytes | None = None,
     budget: float | None = None,
+    limit: int | None = None,
 ) -> int:
     """Index the pending rows in `[low, high)`, oldest first, in batches of at most
     `BATCH`; how many rows it indexed. With `budget` (seconds) it stops after a
-    batch once that is spent, leaving the rest pending."""
+    batch once that is spent, with `limit` once about that many rows are done
+    (never more than `limit`), leaving the rest pending."""
     connection = connection or sql.connection()
     where, bounds = _range(low, high)
     select = sql.statement(
@@ -88,8 +96,9 @@ def index_pending(
     started = time.monotonic()
     done = 0
     after = low
-    while True:
-        rows = sql.read(connection, select, (after, *bounds[1:], BATCH))
+    while limit is None or done < limit:
+        size = BATCH if limit is None else min(BATCH, limit - done)
+        rows = sql.read(connection, select, (after, *bounds[1:], size))
         if not rows:
             return done
         indexed = _index_batch(connection, rows, clear)
@@ -97,6 +106,7 @@ def index_pending(
         after = bytes(rows[indexed - 1][0]) + b"\x00"
         if budget is not None and time.monotonic() - started >= budget:
             return done
+    return done
 
 
 def _index_batch(connection: BaseDatabaseWrapper, rows: list[tuple], clear: str) -> int:
@@ -110,9 +120,7 @@ def _index_batch(connection: BaseDatabaseWrapper, rows: list[tuple], clear: str)
         key, value = bytes(raw_key), bytes(raw_value or b"")
         msgs = _messages(value)
         postings.extend((key, term) for term in terms_of(msgs))
-        # A row written with its LastError by a path that could not say its cause
-        # (the SQLite spool, a load, an import) gets it here, as a park would.
-        cause = signature_at_park(keys.queue_of(key), msgs[0]) if len(msgs) == 1 else None
+        cause = cause_of(key, msgs)
         settled.append((cause, key, value))
         if len(postings) >= _BATCH_POSTINGS or time.monotonic() - started >= _BATCH_SECONDS:
             break
@@ -126,6 +134,13 @@ def _index_batch(connection: BaseDatabaseWrapper, rows: list[tuple], clear: str)
         sql.insert_new(connection, cursor, _terms_table(), ("key", "term"), postings)
         cursor.executemany(clear, settled)
     return taken
+
+
+def cause_of(key: bytes, msgs: list[Message]) -> str | None:
+    """The cause the indexer gives a row stored without one: a row written with its
+    LastError by a path that could not say it (the SQLite spool, a load, an
+    import) gets it here, as a park would."""
+    return signature_at_park(keys.queue_of(key), msgs[0]) if len(msgs) == 1 else None
 
 
 def _held_elsewhere(
@@ -163,16 +178,19 @@ def pending_rows(
     low: bytes = b"",
     high: bytes | None = None,
     limit: int = BATCH,
+    descending: bool = False,
 ) -> list[tuple[Any, ...]]:
-    """The rows of `[low, high)` still pending after `index_pending` (held by a
-    drain, or written meanwhile): `(key, value, signature)`, oldest first."""
+    """Up to `limit` rows of `[low, high)` not indexed yet (a backlog, a row a drain
+    holds, one written meanwhile): `(key, value, signature)`, oldest first (newest
+    first with `descending`), read along the pending index."""
     connection = connection or sql.connection()
     where, bounds = _range(low, high)
+    direction = "DESC" if descending else "ASC"
     query = sql.statement(
         connection,
         "SELECT {key}, value, signature FROM {table} WHERE search_pending = 1 AND "
         + where
-        + " ORDER BY search_pending, {key} LIMIT %s",
+        + f" ORDER BY search_pending {direction}, {{key}} {direction} LIMIT %s",
     )
     return sql.read(connection, query, (*bounds, limit))
 

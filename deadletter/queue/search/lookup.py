@@ -2,11 +2,25 @@
 query itself says matches.
 
 The walk is driven by one index, chosen per query: the postings of its rarest
-term (each other term checked by a seek into the same index), else the
-(signature, key) index for a cause, else the key range itself. Every candidate
-row is checked against the query (`Query.matches`), so a stale posting (of a row
-since rewritten) costs a check and never a wrong answer. Pages are read in key
-order from a cursor, never counted, so a first page stops once it is full.
+term (the next rarest, up to `_SEEKS`, checked by a seek into the same index;
+the rarity judged on the longest `_ESTIMATED` terms only, so a long phrase costs
+what a short one does), else the (signature, key) index for a cause, else the key
+range itself. Every candidate row is checked against the query
+(`Query.matches`), so a stale posting (of a row since rewritten) or a term left
+out of the statement costs a check and never a wrong answer. Pages are read in
+key order from a cursor, never counted, so a first page stops once it is full.
+
+Rows not indexed yet (`search_pending`: a backlog a load or an import left, a row
+a drain holds) are read along their own index and checked directly, merged in
+key order; a search indexes at most `index.REQUEST_ROWS` of them itself. For
+each window of the range the pending rows are read before the index's
+candidates of the same window, so a row the indexer clears meanwhile is never
+missed, and one found both ways is yielded once.
+
+A request reads at most `budget` candidates (postings walked and pending rows
+checked, `MAX_CANDIDATES` for a page): past that, before the answer is complete,
+it stops with `SearchTooCostly` instead of answering late or wrongly. Commands
+and redrives read without a bound.
 
 A search kept to some key ranges (`spans`: a user's granted queues,
 `queue.access.Scope.spans`) walks each range in turn, the pending rows, the
@@ -25,20 +39,65 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from deadletter.models import SearchTerm
 from deadletter.queue import redaction
 from deadletter.queue.search import index
+from deadletter.queue.search.grammar import SearchError
 from deadletter.queue.search.query import Query
 from deadletter.store import sql
 from deadletter.wire import codec, keys
 from deadletter.wire.messages import Message
 
-__all__ = ["count_matching", "iter_matching", "iter_matching_rows", "keys_page", "matching_keys"]
+__all__ = [
+    "MAX_CANDIDATES",
+    "SearchTooCostly",
+    "count_matching",
+    "iter_matching",
+    "iter_matching_rows",
+    "keys_page",
+    "matching_keys",
+]
 
 # Candidates read a statement: a page's worth first, then more each time.
 _FIRST_BATCH = 51
 _MAX_BATCH = 500
-# The rarest term is judged by counting up to this many of its postings.
+# The rarest term is judged by counting up to this many of its postings, for at
+# most `_ESTIMATED` terms (the longest: rarer as a rule); at most `_SEEKS` more
+# terms narrow the statement. The check of each candidate reads every term.
 _ESTIMATE_CAP = 2000
+_ESTIMATED = 6
+_SEEKS = 2
+# What one page (or one admin action) may read before it gives up: about half a
+# second of decoding and checking (docs/search.md has the figures).
+MAX_CANDIDATES = 20_000
 
 Bounds = tuple[bytes, bytes | None]
+
+
+class SearchTooCostly(SearchError):
+    """A search that would read more than its request may to answer exactly."""
+
+
+class _Budget:
+    """The candidates a request has left to read; None: no bound."""
+
+    def __init__(self, limit: int | None) -> None:
+        self.limit = limit
+        self.left = limit
+
+    def take(self, wanted: int) -> int:
+        """How many of `wanted` candidates the next read may take (at least 1);
+        `SearchTooCostly` once none are left."""
+        if self.left is None:
+            return wanted
+        if self.left <= 0:
+            raise SearchTooCostly(
+                f"the search read {self.limit:,} messages without reaching the end of its "
+                "answer: narrow it (a queue, a rarer word, a phrase, key:, cause:, after:), "
+                "or run deadletter_dump --search, which has no such bound"
+            )
+        return min(wanted, self.left)
+
+    def spend(self, read: int) -> None:
+        if self.left is not None:
+            self.left -= read
 
 
 def _scope(query: Query, queue: str | None) -> Bounds | None:
@@ -79,6 +138,12 @@ def _ranges(bounds: Bounds, spans: Sequence[Bounds] | None, descending: bool) ->
     return found[::-1] if descending else found
 
 
+def _rest(bounds: Bounds, last: bytes, descending: bool) -> Bounds | None:
+    """What is left of `bounds` past `last` in the direction read."""
+    low, high = bounds
+    return _narrow(bounds, None, last) if descending else _narrow((low, high), last, None)
+
+
 class _Walk:
     """The candidate rows of one query in one key range, a batch at a time."""
 
@@ -97,7 +162,8 @@ class _Walk:
         return f"{column} >= %s AND {column} < %s", [low, high]
 
     def _terms_by_rarity(self) -> list[str]:
-        terms = sorted(self.query.terms)
+        """The driving term, then the seeks: the rarest of the longest terms."""
+        terms = sorted(self.query.terms, key=lambda term: (-len(term), term))[:_ESTIMATED]
         if len(terms) < 2:
             return terms
         low, high = self.bounds
@@ -111,49 +177,74 @@ class _Walk:
                 (term, *params),
             )
             counts[term] = int(rows[0][0])
-        return sorted(terms, key=lambda term: (counts[term], term))
+        return sorted(terms, key=lambda term: (counts[term], term))[: 1 + _SEEKS]
 
     def batch(
-        self, low: bytes, high: bytes | None, descending: bool, size: int
-    ) -> list[tuple[Any, ...]]:
-        """Up to `size` candidates `(key, value, signature)` in `[low, high)`, in order."""
+        self, bounds: Bounds, descending: bool, size: int
+    ) -> tuple[list[tuple[Any, ...]], Bounds | None]:
+        """The candidates `(key, value, signature)` among the next `size` postings of
+        the driving term (or rows of the range) in `bounds`, in order; and what is
+        left of `bounds` after them (None: nothing)."""
         direction = "DESC" if descending else "ASC"
         causes = [cause.signature for cause in self.query.causes]
-        if self.order:
-            where, params = self._range_sql(f"p.{self.key}", low, high)
-            exists = "".join(
-                f" AND EXISTS (SELECT 1 FROM {self.terms} q WHERE q.term = %s "
-                f"AND q.{self.key} = p.{self.key})"
-                for _ in self.order[1:]
-            )
-            signature = " AND m.signature = %s" * len(causes)
-            statement = (
-                f"SELECT p.{self.key}, m.value, m.signature FROM {self.terms} p "
-                f"JOIN {self.rows} m ON m.{self.key} = p.{self.key} "
-                f"WHERE p.term = %s AND {where}{exists}{signature} "
-                f"ORDER BY p.{self.key} {direction} LIMIT %s"
-            )
-            values = [self.order[0], *params, *self.order[1:], *causes, size]
-        else:
+        low, high = bounds
+        if not self.order:
             where, params = self._range_sql(self.key, low, high)
             signature = " AND signature = %s" * len(causes)
-            statement = (
+            rows = sql.read(
+                self.connection,
                 f"SELECT {self.key}, value, signature FROM {self.rows} "
-                f"WHERE {where}{signature} ORDER BY {self.key} {direction} LIMIT %s"
+                f"WHERE {where}{signature} ORDER BY {self.key} {direction} LIMIT %s",
+                [*params, *causes, size],
             )
-            values = [*params, *causes, size]
-        return sql.read(self.connection, statement, values)
+            rest = _rest(bounds, bytes(rows[-1][0]), descending) if len(rows) == size else None
+            return rows, rest
+        # The window of the next `size` postings first (an index-only read), so the
+        # seeks and the join below never walk further than that, however few match.
+        where, params = self._range_sql(self.key, low, high)
+        edge = sql.read(
+            self.connection,
+            f"SELECT {self.key} FROM {self.terms} WHERE term = %s AND {where} "
+            f"ORDER BY {self.key} {direction} LIMIT 1 OFFSET %s",
+            [self.order[0], *params, size - 1],
+        )
+        rest = None
+        if edge:
+            last = bytes(edge[0][0])
+            rest = _rest(bounds, last, descending)
+            window = (last, high) if descending else (low, last + keys.SEPARATOR)
+            low, high = window
+        where, params = self._range_sql(f"p.{self.key}", low, high)
+        exists = "".join(
+            f" AND EXISTS (SELECT 1 FROM {self.terms} q WHERE q.term = %s "
+            f"AND q.{self.key} = p.{self.key})"
+            for _ in self.order[1:]
+        )
+        signature = " AND m.signature = %s" * len(causes)
+        rows = sql.read(
+            self.connection,
+            f"SELECT p.{self.key}, m.value, m.signature FROM {self.terms} p "
+            f"JOIN {self.rows} m ON m.{self.key} = p.{self.key} "
+            f"WHERE p.term = %s AND {where}{exists}{signature} "
+            f"ORDER BY p.{self.key} {direction}",
+            [self.order[0], *params, *self.order[1:], *causes],
+        )
+        return rows, rest
 
 
 def _checked(
-    query: Query, rows: list[tuple[Any, ...]], reveal: bool
+    query: Query, rows: list[tuple[Any, ...]], reveal: bool, *, pending: bool = False
 ) -> Iterator[tuple[bytes, bytes]]:
     """The `(key, value)` of the candidate rows `(key, value, signature)` the query
     itself says match: in the messages as the user sees them (`reveal` False: with
-    their redacted values masked, so no redacted value is ever what matched)."""
+    their redacted values masked, so no redacted value is ever what matched).
+    `pending`: rows not indexed yet, whose cause is the one the indexer will give."""
     for raw_key, value, signature in rows:
         key = bytes(raw_key)
-        msgs = _messages(value) if query.reads_messages else None
+        wanted = query.reads_messages or (pending and signature is None and query.causes)
+        msgs = _messages(value) if wanted else None
+        if pending and signature is None and msgs:
+            signature = index.cause_of(key, msgs)
         if msgs and not reveal:
             msgs = redaction.redacted_all(msgs, keys.queue_of(key), reveal=False)
         if query.matches(key, msgs, signature):
@@ -177,6 +268,7 @@ def iter_matching(
     connection: BaseDatabaseWrapper | None = None,
     reveal: bool = True,
     spans: Sequence[Bounds] | None = None,
+    budget: int | None = None,
 ) -> Iterator[bytes]:
     """The keys of the rows `query` matches, in `queue` (None: every queue), after
     `after_key` and before `before_key` (both exclusive), oldest first (newest
@@ -185,7 +277,8 @@ def iter_matching(
     `reveal` False: matched in the messages with their redacted values masked
     (`queue.redaction`), for a user who may not see those values. `spans`: only
     in these sorted, disjoint key ranges `[low, high)` (high None: no end), each
-    walked in turn; None: anywhere."""
+    walked in turn; None: anywhere. `budget`: read at most that many candidates,
+    then raise `SearchTooCostly` (None: no bound)."""
     for key, _ in iter_matching_rows(
         query,
         queue=queue,
@@ -196,6 +289,7 @@ def iter_matching(
         connection=connection,
         reveal=reveal,
         spans=spans,
+        budget=budget,
     ):
         yield key
 
@@ -211,6 +305,7 @@ def iter_matching_rows(
     connection: BaseDatabaseWrapper | None = None,
     reveal: bool = True,
     spans: Sequence[Bounds] | None = None,
+    budget: int | None = None,
 ) -> Iterator[tuple[bytes, bytes]]:
     """`iter_matching`, each key with its row's stored value (a dump of the matches)."""
     connection = connection or sql.connection()
@@ -218,8 +313,9 @@ def iter_matching_rows(
     bounds = scope and _narrow(scope, after_key, before_key)
     if bounds is None:
         return
+    left = _Budget(budget)
     for part in _ranges(bounds, spans, descending):
-        yield from _matching_in(connection, query, part, descending, first_batch, reveal)
+        yield from _matching_in(connection, query, part, descending, first_batch, reveal, left)
 
 
 def _matching_in(
@@ -229,34 +325,48 @@ def _matching_in(
     descending: bool,
     first_batch: int,
     reveal: bool,
+    budget: _Budget,
 ) -> Iterator[tuple[bytes, bytes]]:
     """The matching rows of one key range, in the order read."""
-    index.index_pending(connection, low=bounds[0], high=bounds[1])
-    # What is still pending (a row a drain holds, one parked since) is checked here.
-    left = index.pending_rows(connection, low=bounds[0], high=bounds[1])
-    unindexed = {bytes(row[0]) for row in left}
-    extra = list(_checked(query, left, reveal))
-    extra.sort(key=lambda found: found[0], reverse=descending)
+    # A pending row's cause may wait for the indexer too (a load's, an import's).
+    direct_reads = bool(query.terms or query.causes)
+    if direct_reads:
+        index.index_pending(connection, low=bounds[0], high=bounds[1], limit=index.REQUEST_ROWS)
     walk = _Walk(connection, query, bounds)
-    low, high = bounds
     size = max(1, first_batch)
-    while True:
-        rows = walk.batch(low, high, descending, size)
-        for key, value in _checked(query, rows, reveal):
-            if key in unindexed:
-                continue
-            while extra and (extra[0][0] > key if descending else extra[0][0] < key):
-                yield extra.pop(0)
-            yield key, value
-        if len(rows) < size:
-            yield from extra
-            return
-        size = min(size * 2, _MAX_BATCH)
-        last = bytes(rows[-1][0])
-        if descending:
-            high = last
+    left: Bounds | None = bounds
+    while left is not None:
+        window: Bounds | None = left
+        pending: list[tuple[Any, ...]] = []
+        if direct_reads:
+            take = budget.take(size)
+            pending = index.pending_rows(
+                connection, low=left[0], high=left[1], limit=take, descending=descending
+            )
+            budget.spend(len(pending))
+            if len(pending) == take:
+                last = bytes(pending[-1][0])
+                window = (last, left[1]) if descending else (left[0], last + keys.SEPARATOR)
+                left = _rest(left, last, descending)
+            else:
+                left = None
         else:
-            low = last + keys.SEPARATOR
+            # The range read of a query without a term or cause reads every row.
+            left = None
+        direct = {bytes(row[0]) for row in pending}
+        extra = list(_checked(query, pending, reveal, pending=True))
+        while window is not None:
+            take = budget.take(size)
+            rows, window = walk.batch(window, descending, take)
+            budget.spend(take if window is not None else len(rows))
+            for key, value in _checked(query, rows, reveal):
+                if key in direct:
+                    continue
+                while extra and (extra[0][0] > key if descending else extra[0][0] < key):
+                    yield extra.pop(0)
+                yield key, value
+            size = min(size * 2, _MAX_BATCH)
+        yield from extra
 
 
 def matching_keys(
@@ -335,10 +445,12 @@ def keys_page(
     connection: BaseDatabaseWrapper | None = None,
     reveal: bool = True,
     spans: Sequence[Bounds] | None = None,
+    budget: int | None = MAX_CANDIDATES,
 ) -> tuple[list[bytes], bool]:
     """One page of matches, oldest first: after `after_key`, or the page just before
     `before_key`; and whether more match beyond it in the direction read. `spans`:
-    only in those key ranges (`iter_matching`)."""
+    only in those key ranges (`iter_matching`). Reads at most `budget` candidates
+    (`SearchTooCostly` past that)."""
     descending = before_key is not None and after_key is None
     found: list[bytes] = []
     for key in iter_matching(
@@ -351,6 +463,7 @@ def keys_page(
         connection=connection,
         reveal=reveal,
         spans=spans,
+        budget=budget,
     ):
         found.append(key)
         if len(found) > size:

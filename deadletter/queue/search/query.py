@@ -5,14 +5,34 @@ from __future__ import annotations
 
 import calendar
 import dataclasses
-from collections.abc import Sequence
+import operator
+from collections.abc import Callable, Sequence
 from datetime import datetime
 
+from deadletter.queue.rows import attempts_of
 from deadletter.queue.search.words import FREE_FIELDS, code_term, texts_of, words
 from deadletter.wire.gotime import GoOnlyTime
 from deadletter.wire.messages import Message
 
-__all__ = ["Cause", "Code", "FirstFailure", "KeyPrefix", "Phrase", "Query"]
+__all__ = [
+    "COMPARISONS",
+    "Attempts",
+    "Cause",
+    "Code",
+    "FirstFailure",
+    "KeyPrefix",
+    "Phrase",
+    "Query",
+]
+
+# What a comparison in the language says, by its operator.
+COMPARISONS: dict[str, Callable[[int, int], bool]] = {
+    "=": operator.eq,
+    ">": operator.gt,
+    ">=": operator.ge,
+    "<": operator.lt,
+    "<=": operator.le,
+}
 
 
 class Seen:
@@ -74,11 +94,31 @@ class Code:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class Attempts:
+    """The failed deliveries so far (the drain's `Attempts`, 0 when absent) compared
+    with `count` by `op` (a key of `COMPARISONS`); a corrupt count never matches."""
+
+    op: str
+    count: int
+
+    def terms(self) -> set[str]:
+        # The count is a word of the row's `Attempts` key: an equality narrows by it.
+        return {str(self.count)} if self.op == "=" and self.count > 0 else set()
+
+    def holds(self, seen: Seen) -> bool:
+        found = attempts_of(seen.msg.extra)
+        return found is not None and COMPARISONS[self.op](found, self.count)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class FirstFailure:
-    """The first failure (`QueuedAt`) at or after `after` and before `before`."""
+    """The first failure (`QueuedAt`) at or after `after` (strictly after with
+    `after_strict`) and before `before` (at or before with `before_inclusive`)."""
 
     after: datetime | None = None
     before: datetime | None = None
+    after_strict: bool = False
+    before_inclusive: bool = False
 
     def terms(self) -> set[str]:
         return set()
@@ -88,9 +128,14 @@ class FirstFailure:
         if when is None:
             return False
         instant = when.unix_ns if isinstance(when, GoOnlyTime) else _ns(when)
-        if self.after is not None and instant < _ns(self.after):
-            return False
-        return self.before is None or instant < _ns(self.before)
+        if self.after is not None:
+            low = _ns(self.after)
+            if instant < low or (self.after_strict and instant == low):
+                return False
+        if self.before is None:
+            return True
+        high = _ns(self.before)
+        return instant < high or (self.before_inclusive and instant == high)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -116,7 +161,7 @@ class KeyPrefix:
         return low, bytes.fromhex(high_hex + "0" * (len(high_hex) % 2))
 
 
-MessageCondition = Phrase | Code | FirstFailure
+MessageCondition = Phrase | Code | FirstFailure | Attempts
 
 
 def _ns(when: datetime) -> int:
