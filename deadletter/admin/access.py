@@ -17,7 +17,7 @@ from django.contrib.admin.utils import unquote
 from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied
 from django.db.models import Q, QuerySet
-from django.http import Http404, HttpRequest
+from django.http import Http404, HttpRequest, QueryDict
 
 from deadletter.models import QueueAccess
 from deadletter.queue import access
@@ -144,8 +144,10 @@ class QueueAccessForm(forms.ModelForm):
             raise forms.ValidationError("Choose a group or a user: exactly one of them.")
         changed = set(self.changed_data) - {"confirm"}
         if changed and not self.errors and not data.get("confirm"):
-            self.data = self.data.copy()
-            self.data["confirm"] = "on"  # shown ticked: saving again confirms
+            ticked = QueryDict(mutable=True)
+            ticked.update(self.data)
+            ticked["confirm"] = "on"  # shown ticked: saving again confirms
+            self.data = ticked
             raise forms.ValidationError(
                 affected(data.get("group"), data.get("user"))
                 + " Save again to confirm (Confirm is now ticked)."
