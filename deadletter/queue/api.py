@@ -14,9 +14,9 @@ import dataclasses
 import enum
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, overload
 
 from asgiref.sync import sync_to_async
 from django.db import DatabaseError, connections, transaction
@@ -24,8 +24,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 
 from deadletter import signals
 from deadletter.conf import conf
-from deadletter.queue import age, incidents, tracing
-from deadletter.queue.causes import signature_at_park
+from deadletter.queue import age, batch, incidents
 from deadletter.queue.rows import (
     REREAD,
     REREAD_LIMIT,
@@ -39,8 +38,7 @@ from deadletter.queue.rows import (
     process_row,
 )
 from deadletter.store import detached, reconnect, scans, sql
-from deadletter.wire import codec, keys
-from deadletter.wire.gotime import GoTime
+from deadletter.wire import keys
 from deadletter.wire.messages import Message
 
 logger = logging.getLogger("deadletter")
@@ -49,7 +47,15 @@ logger = logging.getLogger("deadletter")
 # --- store -----------------------------------------------------------------
 
 
-def store_failed_msgs(queue: str, msg: Message) -> bytes:
+@overload
+def store_failed_msgs(queue: str, msg: Message) -> bytes: ...
+
+
+@overload
+def store_failed_msgs(queue: str, msg: Sequence[Message]) -> list[bytes]: ...
+
+
+def store_failed_msgs(queue: str, msg: Message | Sequence[Message]) -> bytes | list[bytes]:
     """Park `msg` under a fresh key at the tail of `queue`; returns the key.
 
     The row commits on its own: a rollback of the caller's transaction never
@@ -61,28 +67,18 @@ def store_failed_msgs(queue: str, msg: Message) -> bytes:
     future: `age.first_failure_error`) and `ValueError` for an invalid queue
     name. With the `otel` extra and a span active, the message carries its trace
     context (`tracing.with_traceparent`), for its deliveries' spans to link to.
+
+    Given a list (any sequence) of messages, parks them all in one transaction
+    and returns their keys, in the list's order and strictly increasing: all of
+    them are parked or none is (`batch.store_many`), with one commit for the lot.
     """
+    if not isinstance(msg, Message):
+        if isinstance(msg, str | bytes) or not isinstance(msg, Sequence):
+            raise TypeError(f"msg must be a Message or a list of them, not {type(msg).__name__}")
+        return batch.store_many(queue, msg)
     prefix = keys.encode_queue_name(queue)
-    msg = tracing.with_traceparent(msg)
-    now_ns = time.time_ns()
-    stamp_ns: int | None = None
-    if msg.queued_at is None:
-        stamp_ns = now_ns  # written into the row; `msg` itself stays as the caller has it
-    elif (future := age.first_failure_error(msg.queued_at, now_ns)) is not None:
-        logger.error("store failed queue=%s reason=future-queued-at error=%s", queue, future)
-        raise QueueingError(future)
-    try:
-        value = codec.encode_one(msg, stamp_ns)
-    except (codec.CodecError, TypeError, ValueError) as exc:
-        logger.error("store failed queue=%s reason=unencodable error=%s", queue, exc)
-        raise QueueingError from exc
-    if len(value) > conf.MAX_ROW_BYTES:
-        logger.error("store failed queue=%s reason=too-large bytes=%d", queue, len(value))
-        raise QueueingError(
-            f"the message is {len(value):,} bytes, over DEADLETTER_MAX_ROW_BYTES "
-            f"({conf.MAX_ROW_BYTES:,})"
-        )
-    signature = signature_at_park(queue, msg)
+    prepared = batch.prepare(queue, msg, time.time_ns())
+    value, signature = prepared.value, prepared.signature
     connection = sql.connection()
     private = False
     if connection.in_atomic_block or not connection.autocommit:  # attribute reads only
@@ -90,8 +86,8 @@ def store_failed_msgs(queue: str, msg: Message) -> bytes:
             where = detached.route(connection)
             if where is detached.Route.DEFERRED:
                 key = keys.new_key(prefix)
-                later = _ParkLater(queue, prefix, key, value, _as_parked(msg, stamp_ns), signature)
-                detached.defer(connection, later, queue=queue, key=key, value=value)
+                later = _ParkLater(queue, prefix, key, value, prepared.parked(), signature)
+                detached.defer(connection, later, [(queue, key, value)])
                 return key
             if where is detached.Route.PRIVATE:
                 connection = detached.private_connection(connection)
@@ -110,7 +106,7 @@ def store_failed_msgs(queue: str, msg: Message) -> bytes:
             raise
         key = _park_again(connection, prefix, key, value, queue, signature)
     if signals.message_enqueued.receivers:
-        parked = _as_parked(msg, stamp_ns)
+        parked = prepared.parked()
         sql.after_commit(connection, signals.message_enqueued, sender=queue, key=key, msg=parked)
     return key
 
@@ -184,12 +180,6 @@ def _one_transaction(connection: BaseDatabaseWrapper) -> Iterator[None]:
 
 def _present_sql(connection: BaseDatabaseWrapper) -> str:
     return sql.statement(connection, "SELECT 1 FROM {table} WHERE {key} = %s")
-
-
-def _as_parked(msg: Message, stamp_ns: int | None) -> Message:
-    """The message as its row holds it, for `message_enqueued`: stamped with the
-    store's `queued_at` when it had none (a copy: the caller's stays unstamped)."""
-    return msg if stamp_ns is None else msg.replace(queued_at=GoTime(stamp_ns))
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -431,8 +421,16 @@ def walk_queue_names(
 # --- async twins -----------------------------------------------------------
 
 
-async def astore_failed_msgs(queue: str, msg: Message) -> bytes:
-    return await sync_to_async(store_failed_msgs)(queue, msg)
+@overload
+async def astore_failed_msgs(queue: str, msg: Message) -> bytes: ...
+
+
+@overload
+async def astore_failed_msgs(queue: str, msg: Sequence[Message]) -> list[bytes]: ...
+
+
+async def astore_failed_msgs(queue: str, msg: Message | Sequence[Message]) -> bytes | list[bytes]:
+    return await sync_to_async(lambda: store_failed_msgs(queue, msg))()
 
 
 async def afetch_failed_msgs(queue: str, limit: int | None = None) -> list[Queued]:

@@ -35,7 +35,7 @@ import logging
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from django.core.signals import request_finished
@@ -146,18 +146,17 @@ def close_private_connections(**kwargs: Any) -> None:
 request_finished.connect(close_private_connections, dispatch_uid="deadletter.store.detached")
 
 
-def defer(
-    connection: BaseDatabaseWrapper, write: Write, *, queue: str, key: bytes, value: bytes
-) -> None:
+def defer(connection: BaseDatabaseWrapper, write: Write, records: Sequence[spool.Record]) -> None:
     """Run `write` once the caller's transaction on `connection` ends, however it
-    ends; on a SQLite file the record is first made durable in the spool (an
-    `OSError` if it cannot be, and nothing is kept)."""
+    ends; on a SQLite file its `(queue, key, value)` records are first made
+    durable in the spool, all of them as one (an `OSError` if they cannot be, and
+    nothing is kept). `write` puts them all in the table in one transaction."""
     folder = spool.directory(connection)
     if folder is not None:
         spooled: spool.SpoolFile | None = connection.__dict__.get(_SPOOL)
         if spooled is None:
             spooled = connection.__dict__[_SPOOL] = spool.SpoolFile(folder)
-        spooled.append(queue, key, value)
+        spooled.append_many(records)
     pending: list[Write] = connection.__dict__.setdefault(_PENDING, [])
     pending.append(write)
     _with_pending.add(connection)

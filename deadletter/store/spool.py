@@ -11,7 +11,11 @@ and the next fetch, drain or store of any process writes its records.
 A record is whole or absent: each carries its length and a CRC32, a failed
 append (a short write on a full disk, a failed fsync) is cut off again before
 the store fails, and recovery writes the whole records in front of a torn or
-damaged one and logs what it discarded. The folder, once made, is never
+damaged one and logs what it discarded. A list parked at once
+(`store_failed_msgs(queue, [...])`) is one record holding every message, so
+it too is whole or absent; such records go to files named `.spool-batch`,
+which a release from before them does not read (it would discard the record
+as damaged) and leaves for this one. The folder, once made, is never
 removed, so parkers never race on it.
 
 A spool file is held under an exclusive `flock` by the process that writes
@@ -34,6 +38,7 @@ import os
 import struct
 import time
 import zlib
+from collections.abc import Sequence
 from pathlib import Path
 
 import cbor2
@@ -48,7 +53,8 @@ logger = logging.getLogger("deadletter")
 SUFFIX = "-deadletter-spool"
 TAKEN = "-taken"
 """Added to a spool file's name by a recovery that could not open it for writing."""
-NAMES = (".spool", ".spool" + TAKEN)
+SINGLE, BATCH = ".spool", ".spool-batch"
+NAMES = (SINGLE, SINGLE + TAKEN, BATCH, BATCH + TAKEN)
 _LENGTH = struct.Struct(">I")
 _HEAD = struct.Struct(">II")
 _CHECKED = 1 << 31
@@ -79,7 +85,16 @@ def directory(connection: BaseDatabaseWrapper) -> Path | None:
 
 def encode_record(queue: str, key: bytes, value: bytes) -> bytes:
     """One record as a spool file holds it: length, CRC32, CBOR `[queue, key, value]`."""
-    body = cbor2.dumps([queue, key, value])
+    return _framed(cbor2.dumps([queue, key, value]))
+
+
+def encode_batch(records: Sequence[Record]) -> bytes:
+    """Several parks as one record, whole or absent together: length, CRC32, CBOR
+    `[[queue, key, value], ...]`."""
+    return _framed(cbor2.dumps([list(record) for record in records]))
+
+
+def _framed(body: bytes) -> bytes:
     return _HEAD.pack(len(body) | _CHECKED, zlib.crc32(body)) + body
 
 
@@ -102,10 +117,10 @@ class SpoolFile:
         """The file the next record goes to."""
         return self.held[-1][0]
 
-    def _open(self) -> None:
+    def _open(self, suffix: str = SINGLE) -> None:
         _make_folder(self.folder)
         for _ in range(3):
-            path = self.folder / f"{os.getpid()}-{time.time_ns()}-{next(_names)}.spool"
+            path = self.folder / f"{os.getpid()}-{time.time_ns()}-{next(_names)}{suffix}"
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX)
@@ -128,7 +143,19 @@ class SpoolFile:
         crash; an `OSError` (a full disk, a failed fsync) keeps no part of it."""
         if not self._whole:
             self._open()
-        record = encode_record(queue, key, value)
+        self._write(encode_record(queue, key, value))
+
+    def append_many(self, records: Sequence[Record]) -> None:
+        """Add several parks as one record and fsync it: all of them survive a
+        crash once this returns, and none if it raises or the process dies in it."""
+        if len(records) == 1:
+            self.append(*records[0])
+            return
+        if not self._whole or not self.path.name.endswith(BATCH):
+            self._open(BATCH)
+        self._write(encode_batch(records))
+
+    def _write(self, record: bytes) -> None:
         path, fd = self.held[-1]
         try:
             _write_all(fd, record)
@@ -233,12 +260,12 @@ def read_records(data: bytes, source: object = "") -> list[Record]:
                 source,
             )
             break
-        record, at = parsed
-        records.append(record)
+        found, at = parsed
+        records += found
     return records
 
 
-def _parse(data: bytes, at: int) -> tuple[Record, int] | None:
+def _parse(data: bytes, at: int) -> tuple[list[Record], int] | None:
     if at + _LENGTH.size > len(data):
         return None
     (head,) = _LENGTH.unpack_from(data, at)
@@ -254,9 +281,10 @@ def _parse(data: bytes, at: int) -> tuple[Record, int] | None:
     if end > len(data) or (crc is not None and zlib.crc32(body) != crc):
         return None
     try:
-        queue, key, value = cbor2.loads(body)
-        return (str(queue), bytes(key), bytes(value)), end
-    except (cbor2.CBORDecodeError, ValueError, TypeError):
+        decoded = cbor2.loads(body)
+        batch = decoded if decoded and isinstance(decoded[0], list) else [decoded]
+        return [(str(queue), bytes(key), bytes(value)) for queue, key, value in batch], end
+    except (cbor2.CBORDecodeError, ValueError, TypeError, IndexError, KeyError):
         return None
 
 
