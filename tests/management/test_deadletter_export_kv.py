@@ -28,10 +28,10 @@ def test_writes_every_queue_and_prints_a_table_of_counts(tmp_path: Path) -> None
     target = tmp_path / "go.sqlite"
     assert run(str(target)).splitlines() == [
         f"Exported 3 messages to {target}",
-        "queue  rows  messages  exported  present  corrupt",
-        "a         2         2         2        0        0",
-        "b         1         1         1        0        0",
-        "total     3         3         3        0        0",
+        "queue  rows  messages  new  replaced  identical  corrupt",
+        "a         2         2    2         0          0        0",
+        "b         1         1    1         0          0        0",
+        "total     3         3    3         0          0        0",
     ]
     assert [(k, v) for k, v, _ in kv_rows(target)] == table_rows()
     assert {expires for _, _, expires in kv_rows(target)} == {None}
@@ -41,7 +41,9 @@ def test_a_second_run_writes_nothing_twice(tmp_path: Path) -> None:
     park("one", queue="a")
     target = tmp_path / "go.sqlite"
     run(str(target))
-    assert run(str(target)).splitlines()[0] == f"Exported 0 messages to {target}"
+    assert run(str(target)).splitlines()[0] == (
+        f"Exported 0 messages to {target}; 1 already in the file with the same bytes, left alone"
+    )
     assert len(kv_rows(target)) == 1
 
 
@@ -119,3 +121,22 @@ def test_from_the_shell_bad_input_is_one_line_on_stderr_and_a_non_zero_exit(
         f"CommandError: {tmp_path}: is a directory, not an SQLite file"
     ]
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_row_changed_here_replaces_the_files_and_the_report_says_so(tmp_path: Path) -> None:
+    [key] = park("one", queue="a")
+    park("two", queue="a")
+    target = tmp_path / "go.sqlite"
+    run(str(target))
+    [changed] = park("changed", queue="b")
+    value = QueuedMessage.objects.get(key=changed).value
+    QueuedMessage.objects.filter(key=key).update(value=value)
+    assert run(str(target)).splitlines() == [
+        f"Exported 2 messages to {target}; 1 of them replaced the file's row under the same "
+        "key, which held other bytes; 1 already in the file with the same bytes, left alone",
+        "queue  rows  messages  new  replaced  identical  corrupt",
+        "a         2         2    0         1          1        0",
+        "b         1         1    1         0          0        0",
+        "total     3         3    1         1          1        0",
+    ]
+    assert [(k, v) for k, v, _ in kv_rows(target)] == table_rows()

@@ -575,7 +575,8 @@ def test_importing_then_exporting_back_leaves_the_go_programs_count_unchanged(
     head = kvfile.format_report(report).splitlines()[0]
     assert head == (
         f"Exported 1000 messages to {target} (1000 of them split out of the file's own "
-        "legacy rows); 1 de-duplication rows left alone"
+        "legacy rows); 1003 already in the file with the same bytes, left alone; "
+        "1 de-duplication rows left alone"
     )
 
 
@@ -705,3 +706,54 @@ def test_an_export_carries_a_future_first_failure_as_the_table_holds_it(tmp_path
     target = tmp_path / "go.sqlite"
     assert kvfile.export_kv(target).total.written == 1
     assert kv_rows(target) == [(key, value, None)]
+
+
+# --- export over the Go program's rows ------------------------------------------
+
+
+def test_export_over_the_go_fixture_replaces_a_row_edited_here(
+    manifest: dict[str, Any], fixtures_dir: Path, tmp_path: Path
+) -> None:
+    target = Path(shutil.copy(fixtures_dir / manifest["db"]["file"], tmp_path))
+    with time_machine.travel(manifest["generated_at"], tick=False):
+        kvfile.import_kv(target)
+    before = {k: v for k, v, _ in kv_rows(target)}
+    edited = next(k for k in before if k in dict(table_rows()))
+    # What an edit or a drain's write-back does: new bytes under the same key.
+    new_msg = codec.decode(before[edited])[0].replace(subject="edited here")
+    new_value = codec.encode([new_msg])
+    QueuedMessage.objects.filter(key=edited).update(value=new_value)
+    with time_machine.travel(manifest["generated_at"], tick=False):
+        report = kvfile.export_kv(target)
+    after = {k: v for k, v, _ in kv_rows(target)}
+    assert after[edited] == new_value
+    kept = [k for k in before if k != edited and not keys.is_legacy_key(k)]
+    assert kept
+    assert {k: after[k] for k in kept} == {k: before[k] for k in kept}
+    assert (report.total.written, report.total.replaced) == (0, 1)
+    assert report.total.present == report.total.messages - 1
+    head = kvfile.format_report(report).splitlines()[0]
+    assert "1 of them replaced the file's row under the same key" in head
+
+
+def test_export_leaves_a_de_duplication_mark_under_a_queue_rows_key_alone(
+    tmp_path: Path,
+) -> None:
+    key = store_failed_msgs("q", msg("here"))
+    target = make_kv(tmp_path / "go.sqlite", [(key, b"mark", 1795000000)])
+    report = kvfile.export_kv(target)
+    assert kv_rows(target) == [(key, b"mark", 1795000000)]
+    assert (report.total.replaced, report.total.present) == (0, 1)
+
+
+def test_export_replaces_every_drain_write_back_in_a_batch(tmp_path: Path) -> None:
+    written = [store_failed_msgs("q", msg(f"m{i}")) for i in range(BATCH + 3)]
+    target = tmp_path / "out.sqlite"
+    kvfile.export_kv(target)
+    changed = written[::5]
+    for key in changed:
+        QueuedMessage.objects.filter(key=key).update(value=codec.encode([msg("retried")]))
+    report = kvfile.export_kv(target)
+    assert (report.total.written, report.total.replaced) == (0, len(changed))
+    assert report.total.present == len(written) - len(changed)
+    assert [(k, v) for k, v, _ in kv_rows(target)] == table_rows()

@@ -54,14 +54,25 @@ class _KvTable(Sink):
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn
 
-    def existing(self, batch: Sequence[bytes]) -> set[bytes]:
+    def existing(self, batch: Sequence[bytes]) -> dict[bytes, bytes | None]:
+        """Each key the file holds, with its value; None for a de-duplication mark
+        under that key, which is never compared nor overwritten."""
         marks = ", ".join(["?"] * len(batch))
-        sql = f"SELECT key FROM kv WHERE key IN ({marks})"
-        return {as_bytes(row[0]) for row in self.conn.execute(sql, list(batch))}
+        sql = f"SELECT key, value, expires_at FROM kv WHERE key IN ({marks})"
+        return {
+            as_bytes(key): (as_bytes(value) if expires_at is None else None)
+            for key, value, expires_at in self.conn.execute(sql, list(batch))
+        }
 
     def insert(self, rows: Sequence[Row]) -> None:
         self.conn.executemany(
             "INSERT OR IGNORE INTO kv (key, value, expires_at) VALUES (?, ?, NULL)", rows
+        )
+
+    def replace(self, rows: Sequence[Row]) -> None:
+        self.conn.executemany(
+            "UPDATE kv SET value = ? WHERE key = ? AND expires_at IS NULL",
+            [(value, key) for key, value in rows],
         )
 
 
@@ -195,8 +206,11 @@ def export_kv(
 
     Creates the file and the Go program's table and index when missing.
     Every message leaves as a per-message row with `expires_at` NULL, under
-    its own key and bytes; a row the file already holds is left alone, so
-    exporting twice writes nothing twice. A legacy aggregate the file holds
+    its own key and bytes. A row the file holds under the same key with other
+    bytes (an edit made here, a drain's write-back, a row the Go program
+    stamped) is replaced by this table's, counted `replaced`; one with the
+    same bytes is left alone, counted `present`, so exporting twice writes
+    nothing twice. A legacy aggregate the file holds
     for an exported queue is first split into per-message rows there and
     removed, in the same transaction, so the Go program never reads a message
     twice. Refused (`KvFileError`, nothing written): this project's own
@@ -236,10 +250,11 @@ def export_kv(
             )
             move(rows, sink, counts, dry_run=False, on_rows=on_rows)
             logger.info(
-                "exported queue=%s path=%s written=%s present=%s corrupt=%s",
+                "exported queue=%s path=%s written=%s replaced=%s present=%s corrupt=%s",
                 counts.queue,
                 path,
                 counts.written,
+                counts.replaced,
                 counts.present,
                 counts.corrupt,
             )

@@ -44,8 +44,9 @@ class _QueueTable(Sink):
     def __init__(self, connection: BaseDatabaseWrapper) -> None:
         self.rows = QueuedMessage.objects.using(connection.alias)
 
-    def existing(self, batch: Sequence[bytes]) -> set[bytes]:
-        return {bytes(k) for k in self.rows.filter(key__in=batch).values_list("key", flat=True)}
+    def existing(self, batch: Sequence[bytes]) -> dict[bytes, bytes | None]:
+        held = self.rows.filter(key__in=batch).values_list("key", flat=True)
+        return dict.fromkeys((bytes(k) for k in held), None)
 
     def insert(self, rows: Sequence[Row]) -> None:
         connection = connections[self.rows.db]

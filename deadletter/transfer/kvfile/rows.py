@@ -38,18 +38,20 @@ Row = tuple[bytes, bytes]
 
 @dataclasses.dataclass
 class QueueCounts:
-    """What one queue's move found; `messages == written + present + future` always holds."""
+    """What one queue's move found; `messages == written + replaced + present + future`
+    always holds."""
 
     queue: str
     rows: int = 0  # queue rows read from the source
     messages: int = 0  # messages in the rows that decoded
-    written: int = 0  # messages written to the destination (or that would be, in a dry run)
-    present: int = 0  # messages whose row the destination already holds: left alone
+    written: int = 0  # messages written under a key the destination lacked (or would be)
+    replaced: int = 0  # export: messages written over a row of the same key and another value
+    present: int = 0  # messages whose row the destination holds already (export: same bytes)
     corrupt: int = 0  # rows that did not decode: skipped, never moved
     future: int = 0  # import: messages first failed in the future (`age`): skipped, left there
 
     def add(self, other: QueueCounts) -> None:
-        for field in ("rows", "messages", "written", "present", "corrupt", "future"):
+        for field in ("rows", "messages", "written", "replaced", "present", "corrupt", "future"):
             setattr(self, field, getattr(self, field) + getattr(other, field))
 
 
@@ -326,12 +328,21 @@ def valid_name(name: bytes) -> str | None:
 
 
 class Sink:
-    """Where rows go: which keys it holds already, and a way to add rows."""
+    """Where rows go: which keys it holds already, and a way to add rows.
 
-    def existing(self, batch: Sequence[bytes]) -> set[bytes]:
+    `existing` maps each key held to its value, or to None where the value is
+    not to be compared (the import leaves a row the queue table holds as it
+    is: a drain may have moved on from it). A sink that answers values gets
+    `replace` for the rows whose value differs.
+    """
+
+    def existing(self, batch: Sequence[bytes]) -> dict[bytes, bytes | None]:
         raise NotImplementedError
 
     def insert(self, rows: Sequence[Row]) -> None:
+        raise NotImplementedError
+
+    def replace(self, rows: Sequence[Row]) -> None:
         raise NotImplementedError
 
 
@@ -342,19 +353,27 @@ def move(
     dry_run: bool,
     on_rows: Callable[[int], None] | None = None,
 ) -> None:
-    """Write the rows the sink lacks, in batches; a row it holds counts as present,
-    untouched. `on_rows(n)` hears of every batch moved (a command's progress bar)."""
+    """Write the rows the sink lacks, and those it holds with another value when it
+    answers values (`Sink.existing`), in batches; a row it holds with the same
+    bytes (or uncompared) counts as present, untouched. `on_rows(n)` hears of
+    every batch moved (a command's progress bar)."""
     while batch := list(itertools.islice(rows, BATCH)):
         held = sink.existing([key for key, _, _ in batch])
         new: list[Row] = []
+        changed: list[Row] = []
         for key, value, messages in batch:
-            if key in held:
-                counts.present += messages
-            else:
+            if key not in held:
                 counts.written += messages
                 new.append((key, value))
+            elif held[key] is None or held[key] == value:
+                counts.present += messages
+            else:
+                counts.replaced += messages
+                changed.append((key, value))
         if new and not dry_run:
             sink.insert(new)
+        if changed and not dry_run:
+            sink.replace(changed)
         if on_rows is not None:
             on_rows(len(batch))
 
@@ -376,7 +395,8 @@ def resolve_queues(
 
 def format_report(report: Report) -> str:
     """The report as the commands print it: one line of summary, then a table per queue
-    (with a `future` column when an import left such messages in the file)."""
+    (with a `future` column when an import left such messages in the file; an
+    export's table tells new rows, rows replaced and rows already identical apart)."""
     total = report.total
     verb = report.action
     direction = "from" if report.action == "import" else "to"
@@ -385,10 +405,18 @@ def format_report(report: Report) -> str:
         written = f"to {verb}"
     else:
         folded = sum(report.folded.values())
-        head = f"{verb.capitalize()}ed {total.written + folded} messages {direction} {report.path}"
+        done = total.written + total.replaced + folded
+        head = f"{verb.capitalize()}ed {done} messages {direction} {report.path}"
         if folded:
             head += f" ({folded} of them split out of the file's own legacy rows)"
         written = f"{verb}ed"
+    if total.replaced:
+        head += (
+            f"; {total.replaced} of them replaced the file's row under the same key, "
+            "which held other bytes"
+        )
+    if report.action == "export" and total.present:
+        head += f"; {total.present} already in the file with the same bytes, left alone"
     if report.ignored:
         head += f"; {report.ignored} de-duplication rows left alone"
     if total.future:
@@ -396,22 +424,24 @@ def format_report(report: Report) -> str:
             f"; {total.future} messages whose first failure is in the future were left in "
             "the file (the Go program's clock?)"
         )
-    columns: tuple[str, ...] = ("queue", "rows", "messages", written, "present", "corrupt")
-    if total.future:
-        columns += ("future",)
+    columns: tuple[str, ...]
+    if report.action == "export":
+        columns = ("queue", "rows", "messages", "new", "replaced", "identical", "corrupt")
+    else:
+        columns = ("queue", "rows", "messages", written, "present", "corrupt")
+        if total.future:
+            columns += ("future",)
     lines = [*report.queues, total]
     table = [columns] + [
         (
-            c.queue,
-            str(c.rows),
-            str(c.messages),
-            str(c.written),
-            str(c.present),
-            str(c.corrupt),
-            str(c.future),
-        )[: len(columns)]
+            (c.queue, str(c.rows), str(c.messages), str(c.written), str(c.replaced))
+            if report.action == "export"
+            else (c.queue, str(c.rows), str(c.messages), str(c.written))
+        )
+        + (str(c.present), str(c.corrupt), str(c.future))
         for c in lines
     ]
+    table = [row[: len(columns)] for row in table]
     widths = [max(len(row[i]) for row in table) for i in range(len(columns))]
     out = [head]
     for row in table:
