@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import copy
 import io
+import re
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -217,6 +219,24 @@ def test_w001_a_sqlite_queue_database_without_wal(settings: Any, sqlite_aliases:
     assert "'stock'" in warning.msg
     assert "PRAGMA journal_mode=WAL" in str(warning.hint)
     assert '"transaction_mode": "IMMEDIATE"' in str(warning.hint)
+
+
+def test_w001_offers_synchronous_full_with_its_cost_and_both_options_paste_as_they_are(
+    settings: Any, sqlite_aliases: Any
+) -> None:
+    settings.DEADLETTER_DATABASE = sqlite_aliases("stock", "stock.sqlite3", {})
+    (warning,) = on_database("stock")
+    hint = str(warning.hint)
+    pasted = re.findall(r"DATABASES\['stock'\]\['OPTIONS'\] = (\{[^}]*\})", hint)
+    assert len(pasted) == 2
+    normal, full = (ast.literal_eval(text) for text in pasted)
+    assert "synchronous=NORMAL" in normal["init_command"]
+    assert "synchronous=FULL" in full["init_command"]
+    assert "power loss" in hint and "parks a second" in hint
+    assert "store_failed_msgs(queue, [messages])" in hint and "docs/durability.md" in hint
+    for name, options in (("fast", normal), ("durable", full)):
+        settings.DEADLETTER_DATABASE = sqlite_aliases(name, f"{name}.sqlite3", options)
+        assert on_database(name) == []
 
 
 def test_w001_is_quiet_when_init_command_sets_wal(settings: Any, sqlite_aliases: Any) -> None:
