@@ -12,13 +12,15 @@ from django.http import HttpRequest
 
 from deadletter.models import QueuedMessage
 from deadletter.queue import search
+from deadletter.queue.search import lookup
 
 __all__ = ["HELP", "MAX_ACTION_ROWS", "SearchTooBroad", "query_of", "searched_rows"]
 
 HELP = (
     "Whole words in the subject, recipient, fields, descriptions, last error or any other "
     'key; "a phrase"; subject:, user:, error:, code:, cause:"…", key:<hex>, '
-    "after:/before:<date> (the first failure), NAME:value for another key. All terms must hold."
+    "after:/before:<date> (the first failure, also after:>… before:<=…), attempts:>3, "
+    "age:>2d, NAME:value for another key. All terms must hold."
 )
 # An action on "all matching" a search acts on the keys the search gives, read
 # whole first: more than this is refused (a redrive takes any number).
@@ -48,9 +50,12 @@ def searched_rows(
 ) -> QuerySet[QueuedMessage]:
     """`queryset` narrowed to the rows `query` matches (in what the user may see:
     `reveal`, in the key ranges `spans` when not None); `SearchTooBroad` past
-    `MAX_ACTION_ROWS`."""
+    `MAX_ACTION_ROWS`, `search.SearchTooCostly` past what a page may read."""
     found: list[bytes] = []
-    for key in search.iter_matching(query, queue=queue, reveal=reveal, spans=spans):
+    rows = search.iter_matching(
+        query, queue=queue, reveal=reveal, spans=spans, budget=lookup.MAX_CANDIDATES
+    )
+    for key in rows:
         found.append(key)
         if len(found) > MAX_ACTION_ROWS:
             raise SearchTooBroad(

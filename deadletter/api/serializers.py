@@ -277,8 +277,9 @@ class PageQuerySerializer(serializers.Serializer):
         max_length=search.MAX_QUERY_CHARS,
         help_text=(
             'The search: whole words, "phrases", subject:, user:, error:, code:, cause:, '
-            "key:<hex prefix>, after:/before:<ISO date> (the first failure), NAME:value for "
-            "another key; every term must hold (docs/search.md)."
+            "key:<hex prefix>, after:/before:<ISO date> (the first failure; after:>, "
+            "before:<= too), attempts:>3, age:>2d, NAME:value for another key; every term "
+            "must hold (docs/search.md)."
         ),
     )
 

@@ -7,8 +7,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from django.utils.html import escape
 
 from deadletter.models import QueuedMessage
+from deadletter.queue.search import SearchError, lookup, parse
 from deadletter.wire import codec
 from tests.admin.test_admin import CHANGELIST, Page, open_page, page_keys
 from tests.factories import park, parked
@@ -76,3 +78,26 @@ def test_delete_all_matching_a_search_deletes_the_matches_only(admin_client: Any
     )
     confirm.submit(admin_client, confirm.form_with("post"))
     assert parked() == ["kept"]
+
+
+def test_a_comparison_reads_as_written_and_any_other_is_one_message(admin_client: Any) -> None:
+    park("tried thrice", extra={"Attempts": 3})
+    park("tried four times", extra={"Attempts": 4})
+    assert listed(searched(admin_client, "attempts:>3")) == ["tried four times"]
+    assert listed(searched(admin_client, "attempts:<=3")) == ["tried thrice"]
+    with pytest.raises(SearchError) as refused:
+        parse("error:>500")
+    page = searched(admin_client, "error:>500")
+    assert page.response.status_code == 200
+    assert escape(f"Search: {refused.value}") in page.text
+    assert listed(page) == []
+
+
+def test_a_search_too_costly_for_a_page_is_a_message(admin_client: Any, monkeypatch: Any) -> None:
+    monkeypatch.setattr(lookup, "MAX_CANDIDATES", 60)
+    park(*[f"m{n}" for n in range(80)])
+    page = searched(admin_client, "attempts:>3")
+    assert page.response.status_code == 200
+    assert "Search: the search read 60 messages" in page.text
+    assert listed(page) == []
+    assert listed(searched(admin_client, "m7")) == ["m7"]

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from deadletter.queue.search import SearchError, lookup, parse
 from tests.factories import park
 
 pytestmark = pytest.mark.django_db
@@ -46,3 +47,31 @@ def test_a_search_that_cannot_run_is_a_400_naming_q(api: Any, bad: str) -> None:
         answer = api.get(url, {"q": bad})
         assert answer.status_code == 400, (url, bad, answer.content)
         assert list(answer.json()) == ["q"]
+
+
+def test_a_comparison_on_attempts_is_read_as_written(api: Any) -> None:
+    park("tried thrice", extra={"Attempts": 3})
+    park("tried four times", extra={"Attempts": 4})
+    for url in (f"{BASE}/messages/", f"{BASE}/queues/q/messages/"):
+        assert subjects(api.get(url, {"q": "attempts:>3"}).json()) == ["tried four times"]
+        assert subjects(api.get(url, {"q": "attempts:<=3"}).json()) == ["tried thrice"]
+
+
+@pytest.mark.parametrize("bad", ["error:>500", "order_id:>100", "code:>3", "after:<2026-12-01"])
+def test_any_other_comparison_is_a_400_saying_what_the_search_says(api: Any, bad: str) -> None:
+    with pytest.raises(SearchError) as refused:
+        parse(bad)
+    for url in (f"{BASE}/messages/", f"{BASE}/queues/q/messages/"):
+        answer = api.get(url, {"q": bad})
+        assert answer.status_code == 400, (url, bad, answer.content)
+        assert answer.json() == {"q": [str(refused.value)]}
+
+
+def test_a_search_too_costly_for_a_page_is_a_400_naming_q(api: Any, monkeypatch: Any) -> None:
+    monkeypatch.setattr(lookup, "MAX_CANDIDATES", 50)
+    park(*[f"m{n}" for n in range(80)])
+    for url in (f"{BASE}/messages/", f"{BASE}/queues/q/messages/"):
+        answer = api.get(url, {"q": "attempts:>3"})
+        assert answer.status_code == 400, (url, answer.content)
+        assert "read 50 messages" in answer.json()["q"][0]
+        assert api.get(url, {"q": "m7"}).status_code == 200  # a term narrows it in time

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from deadletter.drain import Drainer
 from deadletter.models import QueuedMessage, SearchTerm
@@ -18,12 +19,15 @@ from deadletter.queue.legacy import split_legacy_rows
 from deadletter.queue.moves import move_msg
 from deadletter.queue.search import (
     count_matching,
+    index,
     index_pending,
     iter_sweep,
     keys_page,
+    lookup,
     matching_keys,
     parse,
     pending_count,
+    quote,
 )
 from deadletter.transfer import ndjson
 from deadletter.transfer.kvfile.importing import import_kv
@@ -271,3 +275,93 @@ def test_a_row_a_drain_holds_is_found_without_waiting_for_its_handler() -> None:
         assert pending_count() == 1
     assert found("held") == [held_key]
     assert pending_count() == 0
+
+
+# --- comparisons ---------------------------------------------------------------------
+
+
+def test_attempts_compare_with_the_failed_deliveries_so_far() -> None:
+    for n in range(6):
+        park(f"tried {n}", extra={"Attempts": n} if n else {})
+    park("corrupt count", extra={"Attempts": "many"})
+    assert subjects("attempts:>3") == ["tried 4", "tried 5"]
+    assert subjects("attempts:<=1") == ["tried 0", "tried 1"]
+    assert subjects("attempts:>=5") == ["tried 5"]
+    assert subjects("attempts:3") == ["tried 3"]
+    assert subjects("attempts:0") == ["tried 0"]
+
+
+def test_an_age_and_strict_or_inclusive_bounds_on_the_first_failure() -> None:
+    now = datetime.now(UTC)
+    park("a week old", queue="ages", queued_at=now - timedelta(days=7))
+    park("an hour old", queue="ages", queued_at=now - timedelta(hours=1))
+    assert subjects("age:>2d", "ages") == ["a week old"]
+    assert subjects("age:<2d", "ages") == ["an hour old"]
+    assert subjects("age:>=30m age:<=3h", "ages") == ["an hour old"]
+    park("on the edge", queue="edges", queued_at=datetime(2026, 11, 20, 12, tzinfo=UTC))
+    edge = "2026-11-20T12:00:00Z"
+    assert subjects(f"after:>{edge}", "edges") == []
+    assert subjects(f"after:>={edge}", "edges") == ["on the edge"]
+    assert subjects(f"after:{edge}", "edges") == ["on the edge"]
+    assert subjects(f"before:<={edge}", "edges") == ["on the edge"]
+    assert subjects(f"before:<{edge}", "edges") == []
+
+
+# --- what a search costs --------------------------------------------------------------
+
+
+def test_a_search_indexes_a_bounded_share_of_a_backlog_and_still_finds_every_match() -> None:
+    total = index.REQUEST_ROWS * 3
+    made = park(*[f"backlog {n}" + (" needle" if n % 500 == 499 else "") for n in range(total)])
+    needles = [made[n] for n in range(total) if n % 500 == 499]
+    assert pending_count() == total
+    assert found("needle") == needles
+    assert pending_count() >= total - index.REQUEST_ROWS
+    assert keys_page(parse("backlog"), queue="q", size=5) == (made[:5], True)
+    assert keys_page(parse("needle"), queue="q", before_key=made[-1], size=5) == (
+        needles[:-1],
+        False,
+    )
+    assert keys_page(parse("needle"), queue="q", after_key=needles[0], size=1) == (
+        needles[1:2],
+        True,
+    )
+    assert pending_count() >= total - 3 * index.REQUEST_ROWS  # each search indexed its share
+
+
+def test_a_cause_waiting_for_the_indexer_is_found_past_what_a_search_indexes() -> None:
+    lines = []
+    for n in range(index.REQUEST_ROWS + 20):
+        error = "HTTP Error 503: down" if n == index.REQUEST_ROWS + 10 else f"KeyError: {n}"
+        key = keys.make_key("loaded", GoTime.now().unix_ns, n + 1)
+        value = codec.encode_one(Message(subject=f"m{n}", extra={"LastError": error}))
+        lines.append(ndjson.row_line(key, value))
+    ndjson.load(io.StringIO("\n".join(lines) + "\n"))
+    wanted = signature_at_park("loaded", Message(extra={"LastError": "HTTP Error 503: down"}))
+    assert len(found(f"cause:{quote(wanted)}", "loaded")) == 1
+
+
+def test_a_long_phrase_costs_a_few_statements_not_one_a_word() -> None:
+    text = " ".join(f"w{n}" for n in range(200))
+    (key, _) = park(text, "w1 w2 w3")
+    index_pending()
+    with CaptureQueriesContext(connection) as seen:
+        assert found(f'"{text}"') == [key]
+    statements = [query["sql"] for query in seen.captured_queries]
+    assert len(statements) <= 12, statements
+    assert max(statement.count("EXISTS") for statement in statements) <= 2
+
+
+def test_a_page_that_would_read_too_much_is_refused_not_answered_late(monkeypatch: Any) -> None:
+    monkeypatch.setattr(lookup, "MAX_CANDIDATES", 100)
+    park(*[f"m {n}" for n in range(150)])
+    (tried,) = park("tried", extra={"Attempts": 5})
+    index_pending()
+    with pytest.raises(lookup.SearchTooCostly, match="read 100 messages .* narrow it"):
+        keys_page(parse("attempts:>3"), queue="q", size=10)
+    with pytest.raises(lookup.SearchTooCostly):
+        keys_page(parse("m attempts:>3"), queue="q", size=10)
+    assert keys_page(parse("m"), queue="q", size=10)[1] is True  # a page filled in time
+    assert keys_page(parse("tried attempts:>3"), queue="q", size=10) == ([tried], False)
+    # A command reads without a bound.
+    assert found("attempts:>3") == [tried]

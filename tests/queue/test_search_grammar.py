@@ -3,13 +3,21 @@ each query that cannot run."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+import re
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.test import override_settings
 
 from deadletter.queue.search import MAX_TERMS, SearchError, parse, quote
-from deadletter.queue.search.query import Cause, Code, FirstFailure, KeyPrefix, Phrase
+from deadletter.queue.search.query import (
+    Attempts,
+    Cause,
+    Code,
+    FirstFailure,
+    KeyPrefix,
+    Phrase,
+)
 
 
 def test_free_words_and_phrases_are_case_folded_whole_words() -> None:
@@ -92,3 +100,77 @@ def test_any_cause_quotes_into_a_term_that_parses_back_to_it(cause: str) -> None
 
 def test_a_backslash_keeps_a_quote_inside_a_phrase() -> None:
     assert parse(r'"say \"hi\""').conditions == (Phrase(("say", "hi")),)
+
+
+# --- comparisons ---------------------------------------------------------------------
+
+
+def test_attempts_compare_as_written() -> None:
+    assert parse("attempts:>3 attempts:<=1 ATTEMPTS:>=2 attempts:<9 attempts:4").conditions == (
+        Attempts(">", 3),
+        Attempts("<=", 1),
+        Attempts(">=", 2),
+        Attempts("<", 9),
+        Attempts("=", 4),
+    )
+
+
+@override_settings(TIME_ZONE="UTC")
+def test_after_and_before_take_their_own_comparisons() -> None:
+    day = datetime(2026, 12, 1, tzinfo=UTC)
+    assert parse("after:>2026-12-01 after:>=2026-12-01").conditions == (
+        FirstFailure(after=day, after_strict=True),
+        FirstFailure(after=day),
+    )
+    assert parse("before:<2026-12-01 before:<=2026-12-01").conditions == (
+        FirstFailure(before=day),
+        FirstFailure(before=day, before_inclusive=True),
+    )
+
+
+def test_an_age_is_a_first_failure_measured_from_now() -> None:
+    before = datetime.now(UTC)
+    (older,) = parse("age:>2d").conditions
+    (younger,) = parse("age:<=90m").conditions
+    after = datetime.now(UTC)
+    assert isinstance(older, FirstFailure) and older.before is not None
+    assert before - timedelta(days=2) <= older.before <= after - timedelta(days=2)
+    assert not older.before_inclusive and older.after is None
+    assert isinstance(younger, FirstFailure) and younger.after is not None
+    assert before - timedelta(minutes=90) <= younger.after <= after - timedelta(minutes=90)
+    assert not younger.after_strict and younger.before is None
+    assert parse("age:>=1w").conditions[0].before_inclusive  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("error:>500", "error: takes no comparison (>)"),
+        ("order_id:>100", "order_id: takes no comparison (>)"),
+        ("code:>3", "code: takes no comparison (>)"),
+        ("subject:<=x", "subject: takes no comparison (<=)"),
+        ("key:>0a", "key: takes no comparison (>)"),
+        ("after:<2026-12-01", "after: takes > or >="),
+        ("before:>2026-12-01", "before: takes < or <="),
+        ("before:=2026-12-01", "before: takes < or <="),
+        ("age:2d", "age: wants >, >=, < or <="),
+        ("age:=2d", "age: wants >, >=, < or <="),
+        ("age:>2 days", "age: wants"),
+        ("age:>2y", "age: wants"),
+        ("age:>999999999w", "age: 999999999w reaches before the year 1"),
+        ("attempts:>three", "attempts: wants a whole number"),
+        ("attempts:>-1", "attempts: wants a whole number"),
+        ("attempts:>", "attempts: needs a value after >"),
+        (">3", "'>3' compares nothing"),
+    ],
+)
+def test_any_other_comparison_is_one_clear_error(text: str, says: str) -> None:
+    with pytest.raises(SearchError, match=re.escape(says)):
+        parse(text)
+
+
+def test_a_quoted_value_is_text_not_a_comparison() -> None:
+    assert parse('error:">500" order_id:"=7"').conditions == (
+        Phrase(("500",), "error"),
+        Phrase(("7",), "key:order_id"),
+    )

@@ -445,12 +445,11 @@ def keys_page(
     connection: BaseDatabaseWrapper | None = None,
     reveal: bool = True,
     spans: Sequence[Bounds] | None = None,
-    budget: int | None = MAX_CANDIDATES,
 ) -> tuple[list[bytes], bool]:
     """One page of matches, oldest first: after `after_key`, or the page just before
     `before_key`; and whether more match beyond it in the direction read. `spans`:
-    only in those key ranges (`iter_matching`). Reads at most `budget` candidates
-    (`SearchTooCostly` past that)."""
+    only in those key ranges (`iter_matching`). Reads at most `MAX_CANDIDATES`
+    candidates (`SearchTooCostly` past that)."""
     descending = before_key is not None and after_key is None
     found: list[bytes] = []
     for key in iter_matching(
@@ -463,7 +462,7 @@ def keys_page(
         connection=connection,
         reveal=reveal,
         spans=spans,
-        budget=budget,
+        budget=MAX_CANDIDATES,
     ):
         found.append(key)
         if len(found) > size:
