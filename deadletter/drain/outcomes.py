@@ -27,8 +27,8 @@ from deadletter.queue.archive_write import ACTOR_DRAIN
 from deadletter.queue.claim_transactions import handler_savepoint
 from deadletter.queue.history import AttemptOutcome
 from deadletter.queue.rows import ATTEMPTS_KEY, LAST_ERROR_KEY, DropReason
-from deadletter.queue.settlements import dequeue_claimed
-from deadletter.store import sql
+from deadletter.queue.settlements import CHANGED, dequeue_claimed
+from deadletter.store import reconnect, sql
 from deadletter.wire import keys
 from deadletter.wire.messages import Message
 
@@ -208,6 +208,7 @@ def _deliver(
                     DropReason.PERMANENT,
                     actor=_archive_actor(attempt.actor),
                     error=error,
+                    handed=item.msg,
                 ),
                 attempt,
                 AttemptOutcome.PERMANENT,
@@ -215,6 +216,8 @@ def _deliver(
                 item.attempts + 1,
                 gone=_gone(item),
             ),
+            attempt,
+            error,
         )
     except NeedsOperator as exc:
         return _held(item, exc, policy, _tried(ran, actor))
@@ -227,17 +230,22 @@ def _deliver(
         return _failed(item, exc, max_attempts, policy, _tried(ran, actor), kind)
     failed_before = LAST_ERROR_KEY in item.msg.extra
     if result is None:
-        if failed_before:
-            _dequeue_with_history(item.key, claimed)
-        elif claimed:
-            dequeue_claimed(item.key)
-        else:
-            queue.dequeue(item.key)
+        if claimed:
+            if dequeue_claimed(item.key) and failed_before:
+                history.forget(sql.connection(), item.key)
+        elif _dequeue_handed(item, failed_before) is CHANGED:
+            _note_changed(item, Outcome.DELIVERED, _tried(ran, actor))
         return Outcome.DELIVERED
     remainder = result.replace(queued_at=item.msg.queued_at or result.queued_at)
+    attempt = _tried(ran, actor)
     if not failed_before:
-        return _settle(item, Outcome.REQUEUED, lambda: settlements.replace_msg(item.key, remainder))
-    return _settle(item, Outcome.REQUEUED, lambda: _replace_with_history(item.key, remainder))
+        return _settle(
+            item,
+            Outcome.REQUEUED,
+            lambda: settlements.replace_msg(item.key, remainder, handed=item.msg),
+            attempt,
+        )
+    return _settle(item, Outcome.REQUEUED, lambda: _replace_with_history(item, remainder), attempt)
 
 
 def settle_killed(
@@ -320,34 +328,37 @@ def _recorded(
     return write
 
 
-def _dequeue_with_history(key: bytes, claimed: bool) -> None:
-    """Delete a delivered row that had failed before, and its history, in one
-    transaction: the claim's (a `DatabaseError` passes through, as
-    `dequeue_claimed`'s), or one of their own (logged; the row stays, to be
-    handed over again)."""
+def _dequeue_handed(item: queue.Queued, failed_before: bool) -> bool | settlements.Changed:
+    """Delete a delivered row that still holds the message handed over, and, when it
+    had failed before, its history in the same transaction; a database error is
+    logged (the row stays, to be handed over again)."""
     connection = sql.connection()
-    if claimed:
-        if dequeue_claimed(key):
-            history.forget(connection, key)
-        return
     try:
+        if not failed_before:
+            return settlements.dequeue_handed(item.key, item.msg)
         with transaction.atomic(using=connection.alias):
-            if queue.dequeue(key):
-                history.forget(connection, key)
+            deleted = settlements.dequeue_handed(item.key, item.msg)
+            if deleted:
+                history.forget(connection, item.key)
+        return deleted
     except DatabaseError:
-        logger.exception("dequeue failed key=%s", key.hex())
+        logger.exception("dequeue failed key=%s", item.key.hex())
+        reconnect.close_if_lost(connection)
+        return False
 
 
-def _replace_with_history(key: bytes, remainder: Message) -> bytes | None:
+def _replace_with_history(
+    item: queue.Queued, remainder: Message
+) -> bytes | None | settlements.Changed:
     """`settlements.replace_msg`, the history following the remainder to its new key."""
     connection = sql.connection()
     with transaction.atomic(using=connection.alias, savepoint=False):
-        new_key = settlements.replace_msg(key, remainder)
-        if new_key is not None:
+        new_key = settlements.replace_msg(item.key, remainder, handed=item.msg)
+        if isinstance(new_key, bytes):
             try:
-                history.move(connection, key, new_key)
+                history.move(connection, item.key, new_key)
             except DatabaseError as exc:
-                logger.exception("could not move attempts key=%s", key.hex())
+                logger.exception("could not move attempts key=%s", item.key.hex())
                 raise queue.QueueingError from exc
     return new_key
 
@@ -386,6 +397,7 @@ def _failed(
                     DropReason.MAX_ATTEMPTS,
                     actor=_archive_actor(attempt.actor),
                     error=error,
+                    handed=item.msg,
                 ),
                 attempt,
                 AttemptOutcome.MAX_ATTEMPTS,
@@ -393,6 +405,8 @@ def _failed(
                 attempts,
                 gone=_gone(item),
             ),
+            attempt,
+            error,
         )
     wait = policy.wait_seconds(attempts) if policy is not None else None
     due_at = None if wait is None else datetime.now(UTC) + timedelta(seconds=wait)
@@ -409,12 +423,14 @@ def _failed(
         Outcome.FAILED,
         _recorded(
             item.key,
-            lambda: settlements.rewrite_msg(item.key, msg, due_at=due_at),
+            lambda: settlements.rewrite_msg(item.key, msg, due_at=due_at, handed=item.msg),
             attempt,
             kind,
             error,
             attempts,
         ),
+        attempt,
+        error,
     )
     return Outcome.FAILED
 
@@ -440,24 +456,67 @@ def _held(item: queue.Queued, exc: NeedsOperator, policy: Policy | None, attempt
         Outcome.HELD,
         _recorded(
             item.key,
-            lambda: settlements.rewrite_msg(item.key, msg, due_at=due_at),
+            lambda: settlements.rewrite_msg(item.key, msg, due_at=due_at, handed=item.msg),
             attempt,
             AttemptOutcome.HELD,
             error,
             None,
         ),
+        attempt,
+        error,
     )
 
 
-def _settle(item: queue.Queued, outcome: Outcome, write: Callable[[], object]) -> Outcome:
+def _settle(
+    item: queue.Queued,
+    outcome: Outcome,
+    write: Callable[[], object],
+    attempt: _Try,
+    error: str = "",
+) -> Outcome:
     """Apply an outcome's row change; if it cannot be written the row stays as
-    it was, to be handed over again: the message counts as still failed."""
+    it was, to be handed over again: the message counts as still failed. A row
+    that changed while the handler ran (an edit) is left as it is, with a note."""
     try:
-        write()
+        written = write()
     except queue.QueueingError:
         logger.exception("could not settle message key=%s outcome=%s", item.key.hex(), outcome)
         return Outcome.FAILED
+    if written is CHANGED:
+        _note_changed(item, outcome, attempt, error)
     return outcome
+
+
+def _note_changed(item: queue.Queued, outcome: Outcome, attempt: _Try, error: str = "") -> None:
+    """The message's History says why its attempt changed nothing: the row was
+    edited while the handler ran, so the outcome (of the message as it was) is not
+    applied to the edited one, which waits for the next pass. Logged when it cannot
+    be written: the row is intact either way."""
+    ended = f"{outcome}: {error}" if error else str(outcome)
+    text = (
+        f"Edited while its handler ran; the attempt ({ended}) was of the message as it "
+        "was before the edit and was not applied: the edited message waits for the next pass"
+    )
+    logger.warning(
+        "row changed while its handler ran; left for the next pass queue=%s key=%s outcome=%s",
+        keys.queue_of(item.key),
+        item.key.hex(),
+        outcome,
+    )
+    connection = sql.connection()
+    try:
+        with transaction.atomic(using=connection.alias):
+            history.record_attempt(
+                connection,
+                item.key,
+                at=attempt.at,
+                duration=attempt.duration,
+                outcome=AttemptOutcome.CHANGED,
+                error=text,
+                actor=attempt.actor,
+            )
+    except DatabaseError:
+        logger.exception("could not note the changed row key=%s", item.key.hex())
 
 
 def _logged(error: str, item: queue.Queued) -> str:

@@ -51,6 +51,8 @@ class AttemptOutcome(enum.StrEnum):
     PERMANENT = "permanent"
     MAX_ATTEMPTS = "max_attempts"
     KILLED = "killed"
+    CHANGED = "changed"
+    """The row was edited while the handler ran: the attempt's outcome was not applied."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
