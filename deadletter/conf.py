@@ -44,6 +44,7 @@ _DEFAULTS: dict[str, Any] = {
     "MAX_ATTEMPTS": None,
     "BACKOFF": None,
     "BREAKER": None,
+    "MAX_KILLS": 3,
     "MAX_ROW_BYTES": 4 * 2**20,
     "ADMIN_TIME_BUDGET": 5.0,
     "API_TIME_BUDGET": 25.0,
@@ -135,6 +136,12 @@ class Settings:
         """Failed attempts in a row that stop a queue for the rest of a pass, for
         queues whose policy says nothing; None: never stop."""
         return _read("BREAKER")
+
+    @property
+    def MAX_KILLS(self) -> int:
+        """A message whose handler has killed its process (SIGKILL, out of memory) this
+        many times is set aside, archived as `killed`, so the queue goes on."""
+        return _read("MAX_KILLS")
 
     @property
     def MAX_ROW_BYTES(self) -> int:

@@ -102,6 +102,20 @@ def test_e005_max_attempts_must_be_none_or_a_positive_int(settings: Any, attempt
     assert ids(check_handlers()) == ["deadletter.E005"]
 
 
+@pytest.mark.parametrize("kills", [0, -1, 21, "3", True, None, 2.5])
+def test_e030_max_kills_must_be_an_int_from_1_to_the_kept_history(
+    settings: Any, kills: Any
+) -> None:
+    settings.DEADLETTER_MAX_KILLS = kills
+    assert ids(check_handlers()) == ["deadletter.E030"]
+
+
+@pytest.mark.parametrize("kills", [1, 3, 20])
+def test_e030_a_kill_limit_from_1_to_20_passes(settings: Any, kills: int) -> None:
+    settings.DEADLETTER_MAX_KILLS = kills
+    assert check_handlers() == []
+
+
 def test_every_broken_handler_is_reported(settings: Any) -> None:
     settings.DEADLETTER_HANDLERS = {
         "a": "nowhere.handler",

@@ -1,6 +1,6 @@
 """The checks of what a drain reads when it starts: each queue's handler and policy
-(E002 to E005, E013 to E015, E020 to E022, E025, E029) and the time limits (E010,
-E011, E019)."""
+(E002 to E005, E013 to E015, E020 to E022, E025, E029), the kills that set a message
+aside (E030) and the time limits (E010, E011, E019)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from django.core import checks
 from deadletter.checks.settings import problem_error
 from deadletter.conf import conf
 from deadletter.drain.handlers import handler_problems
+from deadletter.drain.kills import max_kills_problem
 from deadletter.drain.service import outage_limit_problem
 from deadletter.drain.timeouts import handler_timeout_problem, seconds_of
 
@@ -78,11 +79,18 @@ def check_handlers(
     app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
 ) -> list[checks.CheckMessage]:
     """Import every configured handler now, so a typo fails `manage.py check`
-    and deploys, not the first drain after an incident."""
+    and deploys, not the first drain after an incident; the same for the kill
+    limit every drain reads when it starts."""
     errors: list[checks.CheckMessage] = []
     for problem in handler_problems(conf.HANDLERS):
         check_id, hint = _HANDLER_HINT[problem.kind]
         errors.append(checks.Error(f"{problem}.", hint=hint, id=check_id))
+    errors += problem_error(
+        max_kills_problem(conf.raw("MAX_KILLS")),
+        hint="Leave it unset for 3, or give how many times a message's handler may kill "
+        "its process before the message is archived as killed, e.g. DEADLETTER_MAX_KILLS = 2.",
+        check_id="deadletter.E030",
+    )
     return errors
 
 

@@ -29,13 +29,13 @@ from datetime import UTC, datetime
 from django.db import DatabaseError
 
 from deadletter import queue
-from deadletter.drain import inflight
+from deadletter.conf import conf
+from deadletter.drain import inflight, kills
 from deadletter.drain.delivery import Delivery, Pace, Stop, Take
 from deadletter.drain.errors import DrainAborted, DrainConfigError
 from deadletter.drain.handlers import load_handlers
 from deadletter.drain.locking import QueueLock
 from deadletter.drain.options import DrainOptions
-from deadletter.drain.outcomes import settle_killed
 from deadletter.drain.report import DrainReport, Outcome
 from deadletter.drain.timeouts import TimeLimit, configured_handler_timeout
 from deadletter.drain.workers import Budget, Cursor, Guard, Worker, WorkerPool
@@ -77,6 +77,8 @@ class Drainer:
     ) -> None:
         self.options = options = options or DrainOptions()
         handler_timeout = configured_handler_timeout()
+        if (problem := kills.max_kills_problem(conf.MAX_KILLS)) is not None:
+            raise DrainConfigError(problem)
         self.handlers = load_handlers(queues)
         self.queues = list(self.handlers)
         self.claims = claims.can_claim_rows()
@@ -326,9 +328,10 @@ class Drainer:
 
     def _count_killed(self) -> None:
         """Count the attempts whose handlers' processes died mid-handler (their
-        journals, `inflight`), for the queues this run hands over: on SQLite under
-        the queues' lock, on a server each row claimed first (one another drain holds
-        is left in the journal for a later pass)."""
+        journals, `inflight`), for the queues this run hands over, and set aside a
+        message killed `DEADLETTER_MAX_KILLS` times (`kills`): on SQLite under the
+        queues' lock, on a server each row claimed first (one another drain holds is
+        left in the journal for a later pass)."""
 
         def settle(killed: inflight.Killed) -> bool:
             policy = self.handlers[keys.queue_of(killed.key)].policy
@@ -336,9 +339,7 @@ class Drainer:
                 item = claims.fetch_msg(killed.key)
                 if item is None:
                     return not self.claims or browse.get_row(killed.key) is None
-                outcome = settle_killed(
-                    item, at=killed.started_at, actor=killed.actor, pid=killed.pid, policy=policy
-                )
+                outcome = kills.settle(item, killed, policy)
             logger.warning(
                 "counted the attempt of a killed handler key=%s pid=%s outcome=%s",
                 killed.key.hex(),

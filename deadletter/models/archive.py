@@ -25,6 +25,7 @@ class ArchivedMessage(models.Model):
         CORRUPT = "corrupt"
         UNSEALED = "unsealed"
         EDITED = "edited"
+        KILLED = "killed"
 
     id = models.BigAutoField(primary_key=True)
     key = HexKeyField(max_length=KEY_BYTES)
@@ -44,6 +45,8 @@ class ArchivedMessage(models.Model):
         indexes = [
             # A queue's entries oldest first, its count, and retention by queue.
             models.Index(fields=["queue", "archived_at", "id"], name="deadletter_archive_queue"),
+            # A queue's entries of one reason: the overview's count of those set aside as killed.
+            models.Index(fields=["queue", "reason", "id"], name="deadletter_archive_reason"),
             models.Index(fields=["key", "id"], name="deadletter_archive_key"),
             models.Index(fields=["archived_at", "id"], name="deadletter_archive_at"),
         ]

@@ -91,8 +91,10 @@ class QueueOverview:
     counts the messages a backoff holds back at `now`; `paused` says whether
     the last drain pass stopped the queue by its breaker; `no_handler` that rows
     are parked for which the drain has no handler; `archived` counts the queue's
-    archive entries (on the archive's queue index, in the same statement). Max
-    age is the queue's own (`limits.max_age`).
+    archive entries (on the archive's queue index, in the same statement), and
+    `killed` those of them set aside because their handler killed its process
+    (`drain.kills`: a poison message an operator should look at). Max age is the
+    queue's own (`limits.max_age`).
     """
 
     name: str
@@ -107,6 +109,7 @@ class QueueOverview:
     paused: bool = False
     no_handler: bool = False  # rows are parked and DEADLETTER_HANDLERS names no handler
     archived: Count = Count(0, False)  # the queue's entries in the archive
+    killed: Count = Count(0, False)  # of them, set aside because their handler killed its process
 
 
 def signatures(limit: int = MAX_CAUSES) -> list[str]:
@@ -204,6 +207,7 @@ def overview(
                 f"(SELECT value {head})",
                 _capped_sql(table, f"due_at > %s AND {in_range}"),
                 _capped_sql(archive, "queue = %s"),
+                _capped_sql(archive, "queue = %s AND reason = %s"),
             ]
         )
     )
@@ -220,6 +224,7 @@ def overview(
         params += [prefix, low, high, low, high]
         params += [due_now, low, high]
         params += [name]
+        params += [name, ArchivedMessage.Reason.KILLED.value]
         selects.append((columns, params))
     with connection.cursor() as cursor:
         found = _union_rows(cursor, selects)
@@ -240,8 +245,9 @@ def overview(
             paused=name in passes and passes[name].paused,
             no_handler=bool(depth) and name not in handlers and name not in BUILTIN_HANDLERS,
             archived=_count(archived),
+            killed=_count(killed),
         )
-        for name, (depth, expiring, expired, legacy, key, value, waiting, archived) in zip(
+        for name, (depth, expiring, expired, legacy, key, value, waiting, archived, killed) in zip(
             names, found, strict=True
         )
     ]
