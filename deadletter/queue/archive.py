@@ -85,9 +85,9 @@ class Archived:
 
 
 class Restored(NamedTuple):
-    """Where `restore` put an entry back: `moved` when its key was taken again and
-    it went to its queue's tail under a fresh key; `replaced` when it was an edit's
-    original and took its key back from the edited copy, which went to the archive."""
+    """Where `restore` put an entry back: `moved` when its key held another message
+    and it went to its queue's tail under a fresh key; `replaced` when it took its
+    key back from another copy of itself (an edit's), which went to the archive."""
 
     key: bytes
     moved: bool
@@ -243,11 +243,13 @@ def get_entry(entry_id: int) -> Archived | None:
 def restore(entry_id: int, *, actor: str) -> Restored:
     """Put the entry back in its queue, bytes unchanged (its attempts and
     `LastError` are in them), and remove it from the archive, in one transaction:
-    under its own key, its place in the order, unless a live row holds that key
-    now; then at the tail under a fresh key (`moved`), its attempt history copied
-    to the new key (the live row keeps its own). An edit's original whose edited
-    copy still holds the key takes it back instead (`replaced`): the edited copy
-    is archived as `edited` by `actor`, so the queue never holds both. `ArchiveError`
+    under its own key, its place in the order. When a live row holds that key and
+    is another copy of the same message (an edit's original and its edited copy,
+    whatever was deleted or restored between), the entry takes the key back
+    (`replaced`) and the live copy is archived as `edited` by `actor`, so at most
+    one copy is ever live. When the key holds another message, the entry goes to
+    the tail under a fresh key (`moved`), its attempt history copied to the new key
+    (the live row keeps its own). `ArchiveError`
     when the entry is gone; `QueueingError` or `DatabaseError` when it cannot be
     written (nothing changed). `message_enqueued` once committed."""
     connection = sql.connection()
@@ -266,8 +268,7 @@ def restore(entry_id: int, *, actor: str) -> Restored:
             raise ArchiveError(f"archive entry {entry_id} does not exist (restored or purged?)")
         old_key, name = bytes(row[0]), row[1]
         value = bytes(row[2]) if row[2] is not None else b""
-        if row[4] == ArchivedMessage.Reason.EDITED:
-            replaced = _take_back(connection, name, old_key, value, row[3], actor)
+        replaced = _take_back(connection, name, old_key, value, row[3], actor)
         if replaced:
             new_key = old_key
         else:
@@ -305,8 +306,10 @@ def restore(entry_id: int, *, actor: str) -> Restored:
 def _take_back(
     connection: Any, queue: str, key: bytes, value: bytes, signature: str | None, actor: str
 ) -> bool:
-    """An edit's original back under its key in place of the edited copy, which is
-    archived as `edited`: False when no live row holds the key (a plain restore)."""
+    """The entry back under its key in place of the live row there when that row is
+    another copy of the same message (`_same_message`: an edit's, or a copy restored
+    before), which is archived as `edited` by `actor`: a key never holds two live
+    copies. False when the key is free or holds another message (a plain restore)."""
     live = (
         QueuedMessage.objects.using(connection.alias)
         .select_for_update()
@@ -314,7 +317,7 @@ def _take_back(
         .values_list("value", flat=True)
         .first()
     )
-    if live is None:
+    if live is None or not _same_message(bytes(live), value):
         return False
     archive_rows(connection, queue, [(key, bytes(live))], ArchivedMessage.Reason.EDITED, actor)
     sql.write(
@@ -327,6 +330,22 @@ def _take_back(
         (value, signature, key),
     )
     return True
+
+
+def _same_message(live: bytes, archived: bytes) -> bool:
+    """Whether two values under one key are copies of one message: an edit keeps the
+    key and the first failure (`QueuedAt`), which nothing else shares with it (the
+    other messages of a split row have keys of their own once live)."""
+    try:
+        first, second = codec.decode(live), codec.decode(archived)
+    except codec.CodecError:
+        return False
+    if len(first) != 1 or len(second) != 1:
+        return False
+    a, b = first[0].queued_at, second[0].queued_at
+    return (a is None and b is None) or (
+        a is not None and b is not None and a.format() == b.format()
+    )
 
 
 def _keep_origin(connection: Any, key: bytes, value: bytes, first_key: bytes) -> bytes:

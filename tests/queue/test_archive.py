@@ -3,6 +3,7 @@ reason and actor, bytes and key unchanged, and a restore puts it back in its pla
 
 from __future__ import annotations
 
+import itertools
 import logging
 from datetime import timedelta
 from typing import Any
@@ -260,3 +261,49 @@ def test_the_attempt_limit_in_a_drain_archives_as_max_attempts_with_the_last_err
     assert (entry.key, entry.reason, entry.actor) == (key, "max_attempts", "drain")
     assert entry.last_error == "ConnectionError: timeout after 30 s talking to 10.0.0.7:8443"
     assert entry.msg is not None and entry.msg.extra["Attempts"] == 1
+
+
+def _edit(key: bytes) -> None:
+    from deadletter.queue import edits
+
+    value = dict(table_rows()).get(key)
+    if value is not None:
+        msg = codec.decode(value)[0]
+        edits.edit_msg(
+            key, msg.replace(subject="edited"), expected=edits.etag_of(key, value), actor="ed"
+        )
+
+
+def _restore_newest(wanted: Any) -> None:
+    found = [e for e in archive.archived_msgs("q") if wanted(e)]
+    if found:
+        archive.restore(found[-1].id, actor="ed")
+
+
+STEPS = {
+    "edit": _edit,
+    "delete": lambda key: archive.discard(key, "ed"),
+    "restore the original": lambda key: _restore_newest(
+        lambda e: e.msg is not None and e.msg.subject == "original"
+    ),
+    "restore the deleted copy": lambda key: _restore_newest(lambda e: e.reason == "deleted"),
+}
+
+
+@pytest.mark.parametrize("order", list(itertools.permutations(STEPS)), ids=" -> ".join)
+def test_at_most_one_copy_of_an_edited_message_is_ever_live(
+    order: tuple[str, ...], settings: Any
+) -> None:
+    """Whatever the order of an edit, a delete and the restores of the original and
+    of the deleted copy (each step done when there is something to do it on), the
+    queue never holds two copies, and a copy is always live or in the archive."""
+    settings.DEADLETTER_HANDLERS = {
+        "q": {"handler": "tests.factories.ok_handler", "editable": True}
+    }
+    (key,) = park("original")
+    for step in order:
+        STEPS[step](key)
+        live = table_rows()
+        assert len(live) <= 1, (step, [codec.decode(v)[0].subject for _, v in live])
+        assert all(k == key for k, _ in live)
+        assert live or ArchivedMessage.objects.filter(key=key).exists()
