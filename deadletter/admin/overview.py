@@ -15,6 +15,7 @@ queue they may delete in (every such queue when empty).
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -32,6 +33,7 @@ from django.utils.http import urlencode
 from deadletter import drain
 from deadletter.admin import rows
 from deadletter.conf import conf
+from deadletter.drain.policy import Policy, handler_path, policy_of
 from deadletter.models import QueuedMessage
 from deadletter.queue import access, browse, claims, incidents
 from deadletter.queue.api import queue_names
@@ -291,9 +293,53 @@ def drain_page(model_admin: QueuedMessageAdmin, request: HttpRequest) -> HttpRes
         form=form
         if form.is_bound
         else DrainForm(initial={"queue": request.GET.get("queue", "")}, scope=scope),
-        handlers=sorted(conf.HANDLERS.items()),
+        handlers=drainable(scope),
+        restricted=not scope.unrestricted,
     )
     return TemplateResponse(request, "admin/deadletter/queuedmessage/drain_confirm.html", context)
+
+
+def drainable(scope: access.Scope) -> list[tuple[str, str, str]]:
+    """(queue, handler path, policy in words) of each configured queue `scope` may
+    retry in: what the Drain page lists. Never the setting as written: a policy
+    dict holds alert channels whose webhook secrets sign alerts, and other teams'
+    queues are theirs to see."""
+    handlers = conf.HANDLERS if isinstance(conf.HANDLERS, Mapping) else {}
+    found = []
+    for name in scope.names_filter(sorted(str(n) for n in handlers), "retry"):
+        path = handler_path(handlers[name])
+        try:
+            words = policy_words(policy_of(name, handlers[name]))
+        except (KeyError, TypeError, ValueError, IndexError):
+            words = "policy not valid: see manage.py check"
+        found.append((name, path if isinstance(path, str) else "(not a dotted path)", words))
+    return found
+
+
+def policy_words(policy: Policy) -> str:
+    """A queue's delivery limits as an operator reads them: "3 attempts, backoff
+    60 s up to 1 h, breaker 5"."""
+    attempts = (
+        "no attempt limit"
+        if policy.max_attempts is None
+        else f"{policy.max_attempts} attempt{'s' if policy.max_attempts != 1 else ''}"
+    )
+    if policy.backoff is None:
+        backoff = "no backoff"
+    else:
+        first, most = policy.backoff
+        backoff = f"backoff {_seconds(first)}" + (
+            f" up to {_seconds(most)}" if most != first else ""
+        )
+    breaker = "no breaker" if policy.breaker is None else f"breaker {policy.breaker}"
+    return f"{attempts}, {backoff}, {breaker}"
+
+
+def _seconds(value: float) -> str:
+    for unit, size in (("h", 3600), ("min", 60)):
+        if value >= size and value % size == 0:
+            return f"{value / size:g} {unit}"
+    return f"{value:g} s"
 
 
 def purge_page(model_admin: QueuedMessageAdmin, request: HttpRequest) -> HttpResponse:
