@@ -1,17 +1,25 @@
-"""No private attribute of an object that is not ours is read anywhere in `deadletter/`
-(migrations included): what Django, the standard library or another package keeps
-behind an underscore may change in any release without a word.
+"""No private attribute of an object that is not ours is read or written anywhere in
+`deadletter/` (migrations included): what Django, the standard library or another
+package keeps behind an underscore may change in any release without a word.
 
 A name is ours when `deadletter/` defines it (a function, class, variable, argument,
 import alias, module, or an attribute it assigns); a handful of underscore names
-that their projects document as public are listed with where.
+that their projects document as public are listed with where. A write is a
+foreign one when it puts an underscore attribute Django or the standard library
+reads themselves on an object other than `self` or `cls` (`view._non_atomic_requests
+= ...`: a private mark to make Django behave); a note of our own on a model instance
+(`obj._decoded = ...`) is a name neither of them uses.
 """
 
 from __future__ import annotations
 
 import ast
+import re
+import sysconfig
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+
+import django
 
 from tests.factories import REPO
 
@@ -81,6 +89,59 @@ def private_reads(tree: ast.Module) -> Iterator[tuple[int, str]]:
                 yield node.lineno, text
 
 
+def private_writes(tree: ast.Module) -> Iterator[tuple[int, str]]:
+    """`(line, name)` of every write of an underscore attribute on an object other
+    than `self` or `cls`: `obj._name = ...`, `del obj._name`, and `setattr(obj,
+    "_name", ...)` and `delattr`."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store | ast.Del):
+            owner = node.value
+            if isinstance(owner, ast.Name) and owner.id in ("self", "cls"):
+                continue
+            if is_private(node.attr):
+                yield node.lineno, node.attr
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("setattr", "delattr")
+            and len(node.args) >= 2
+        ):
+            name = node.args[1]
+            text = name.value if isinstance(name, ast.Constant) else None
+            if isinstance(text, str) and is_private(text):
+                yield node.lineno, text
+
+
+THEIRS = (Path(django.__file__).parent, Path(sysconfig.get_path("stdlib")))
+"""Django's and the standard library's sources: an underscore attribute they use
+themselves is theirs."""
+
+
+def used_by_theirs(names: set[str], roots: Iterable[Path] = THEIRS) -> set[str]:
+    """Those of `names` that Django or the standard library use as an attribute
+    (`x._name`, or `"_name"` given to `getattr` and its kin)."""
+    if not names:
+        return set()
+    alternatives = "|".join(re.escape(name) for name in sorted(names))
+    pattern = re.compile(rf"\.({alternatives})\b|[\"']({alternatives})[\"']")
+    found: set[str] = set()
+    for root in roots:
+        for path in root.rglob("*.py"):
+            if "site-packages" in path.parts and root.name != "django":
+                continue
+            text = path.read_text(encoding="utf-8", errors="replace")
+            found.update(a or b for a, b in pattern.findall(text))
+    return found
+
+
+def foreign_writes(
+    parsed: list[tuple[Path, ast.Module]], roots: Iterable[Path] = THEIRS
+) -> list[tuple[Path, int, str]]:
+    written = [(path, line, name) for path, tree in parsed for line, name in private_writes(tree)]
+    theirs = used_by_theirs({name for _path, _line, name in written}, roots)
+    return [(path, line, name) for path, line, name in written if name in theirs]
+
+
 def foreign_reads(
     parsed: list[tuple[Path, ast.Module]], own: set[str]
 ) -> list[tuple[Path, int, str]]:
@@ -98,6 +159,37 @@ def test_deadletter_reads_no_private_attribute_that_is_not_its_own() -> None:
     assert any("migrations" in path.parts for path, _tree in parsed)
     found = foreign_reads(parsed, own_names(tree for _path, tree in parsed))
     assert [f"{p.relative_to(REPO)}:{line}: {name}" for p, line, name in found] == []
+
+
+def test_deadletter_writes_no_private_attribute_django_or_the_stdlib_reads() -> None:
+    """Django's private marks (`_non_atomic_requests`, `_csrf_exempt`...) are set
+    through their public decorators, never written by hand."""
+    parsed = list(sources())
+    found = foreign_writes(parsed)
+    assert [f"{p.relative_to(REPO)}:{line}: {name}" for p, line, name in found] == []
+
+
+def test_the_check_finds_the_writes_it_is_there_for(tmp_path: Path) -> None:
+    """A private mark written onto a Django view, by assignment or `setattr`, is
+    found (deadletter/drain/web.py once did it); our own notes on an object, and
+    anything on `self`, are not."""
+    module = tmp_path / "example.py"
+    module.write_text(
+        "def mark(view, obj):\n"
+        "    view._non_atomic_requests = {'default'}\n"
+        "    setattr(view, '_non_atomic_requests', set())\n"
+        "    obj._decoded_here = None\n"
+        "    return view\n"
+        "class Ours:\n"
+        "    def __init__(self):\n"
+        "        self._non_atomic_requests = set()\n",
+        encoding="utf-8",
+    )
+    found = foreign_writes(list(sources(tmp_path)))
+    assert [(line, name) for _p, line, name in sorted(found)] == [
+        (2, "_non_atomic_requests"),
+        (3, "_non_atomic_requests"),
+    ]
 
 
 def test_the_check_finds_the_reads_it_is_there_for(tmp_path: Path) -> None:

@@ -9,26 +9,20 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from django.db import connections
+from django.conf import settings
+from django.db import transaction
 
 __all__ = ["outside_request_transactions"]
 
 _V = TypeVar("_V", bound=Callable[..., Any])
 
 
-class _EveryAlias(set[str]):
-    """A `_non_atomic_requests` mark that holds every alias, those configured
-    after the view was decorated too: Django asks it with `alias in mark`."""
-
-    def __contains__(self, alias: object) -> bool:
-        return True
-
-
 def outside_request_transactions(view: _V) -> _V:
-    """`transaction.non_atomic_requests` for every database alias: a handler may
-    write to any of them, and those writes must be committed before its row is
-    settled. Put it on the function the URL resolver returns (admin views: the
-    method `admin_view` wraps; class-based views: `dispatch`, which `as_view`
-    copies it from)."""
-    view._non_atomic_requests = _EveryAlias(connections)  # type: ignore[attr-defined]
+    """`transaction.non_atomic_requests` for every database alias of
+    `settings.DATABASES` when the view is wrapped: a handler may write to any of
+    them, and those writes must be committed before its row is settled. Put it on
+    the function the URL resolver returns (admin views: the method `admin_view`
+    wraps; class-based views: `dispatch`, which `as_view` copies it from)."""
+    for alias in settings.DATABASES:
+        view = transaction.non_atomic_requests(using=alias)(view)
     return view
