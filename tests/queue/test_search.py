@@ -311,9 +311,10 @@ def test_an_age_and_strict_or_inclusive_bounds_on_the_first_failure() -> None:
 
 
 def test_a_search_indexes_a_bounded_share_of_a_backlog_and_still_finds_every_match() -> None:
-    total = index.REQUEST_ROWS * 3
-    made = park(*[f"backlog {n}" + (" needle" if n % 500 == 499 else "") for n in range(total)])
-    needles = [made[n] for n in range(total) if n % 500 == 499]
+    share = index.REQUEST_ROWS
+    total = share * 3
+    made = park(*[f"backlog {n}" + (" needle" * (n % share == share - 1)) for n in range(total)])
+    needles = [made[n] for n in range(total) if n % share == share - 1]
     assert pending_count() == total
     assert found("needle") == needles
     assert pending_count() >= total - index.REQUEST_ROWS

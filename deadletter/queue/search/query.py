@@ -36,19 +36,33 @@ COMPARISONS: dict[str, Callable[[int, int], bool]] = {
 
 
 class Seen:
-    """One message as the conditions read it: its texts split into words once,
-    when the first condition asks, for all of them."""
+    """One message as the conditions read it: its texts, and those split into words,
+    once, when the first condition asks, for all of them."""
 
-    __slots__ = ("_words", "msg")
+    __slots__ = ("_folded", "_texts", "_words", "msg")
 
     def __init__(self, msg: Message) -> None:
         self.msg = msg
+        self._texts: dict[str, list[str]] | None = None
+        self._folded: str | None = None
         self._words: dict[str, list[list[str]]] | None = None
+
+    def texts(self) -> dict[str, list[str]]:
+        if self._texts is None:
+            self._texts = texts_of(self.msg)
+        return self._texts
+
+    def folded(self) -> str:
+        """Every text, case folded, in one string: a word of the message is a part
+        of it, so a word that is not rules the message out before any split."""
+        if self._folded is None:
+            self._folded = "\n".join(t for texts in self.texts().values() for t in texts).casefold()
+        return self._folded
 
     def words(self) -> dict[str, list[list[str]]]:
         if self._words is None:
             self._words = {
-                name: [words(text) for text in texts] for name, texts in texts_of(self.msg).items()
+                name: [words(text) for text in texts] for name, texts in self.texts().items()
             }
         return self._words
 
@@ -65,6 +79,9 @@ class Phrase:
         return set(self.words)
 
     def holds(self, seen: Seen) -> bool:
+        folded = seen.folded()
+        if any(word not in folded for word in self.words):
+            return False
         by_field = seen.words()
         if self.field is None:
             fields = [*FREE_FIELDS, *(name for name in by_field if name.startswith("key:"))]
@@ -119,6 +136,15 @@ class FirstFailure:
     before: datetime | None = None
     after_strict: bool = False
     before_inclusive: bool = False
+    # The bounds in nanoseconds, inclusive, worked out once: `low <= instant <= high`.
+    low: int | None = dataclasses.field(init=False, repr=False, compare=False)
+    high: int | None = dataclasses.field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        low = None if self.after is None else _ns(self.after) + int(self.after_strict)
+        high = None if self.before is None else _ns(self.before) - int(not self.before_inclusive)
+        object.__setattr__(self, "low", low)
+        object.__setattr__(self, "high", high)
 
     def terms(self) -> set[str]:
         return set()
@@ -128,14 +154,9 @@ class FirstFailure:
         if when is None:
             return False
         instant = when.unix_ns if isinstance(when, GoOnlyTime) else _ns(when)
-        if self.after is not None:
-            low = _ns(self.after)
-            if instant < low or (self.after_strict and instant == low):
-                return False
-        if self.before is None:
-            return True
-        high = _ns(self.before)
-        return instant < high or (self.before_inclusive and instant == high)
+        return (self.low is None or instant >= self.low) and (
+            self.high is None or instant <= self.high
+        )
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
