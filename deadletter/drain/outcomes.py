@@ -176,11 +176,9 @@ def _deliver(
         try:
             if timeout is not None:
                 result = call_within(handler, item.msg, timeout, key=item.key, context=context)
-            elif claimed:
+            else:
                 with handler_savepoint():
                     result = handler(item.msg) if context is None else handler(item.msg, context)
-            else:
-                result = handler(item.msg) if context is None else handler(item.msg, context)
         finally:
             if ran is None:
                 ran = time.monotonic() - started

@@ -131,8 +131,15 @@ def handler_savepoint() -> Iterator[None]:
     that writes nothing here costs no statement: two round trips a message fewer
     than an `atomic()` block on the servers' hot path. Statements a handler sends
     through the driver's own connection bypass Django and are not undone.
+
+    With no transaction open (SQLite, which claims no row: the drain holds none
+    while a handler runs) the handler gets one of its own, `handler_transaction`.
     """
     connection = sql.connection()
+    if not connection.in_atomic_block and connection.get_autocommit():
+        with handler_transaction(connection):
+            yield
+        return
     sid: str | None = None
     making = False
     hooks = len(connection.run_on_commit)
@@ -164,3 +171,69 @@ def handler_savepoint() -> Iterator[None]:
         raise
     if connection.get_rollback():
         undo()
+
+
+_READS = ("SELECT",)
+"""How a statement a handler's transaction need not begin for starts: a read in
+autocommit holds no lock once it has returned."""
+
+
+@contextlib.contextmanager
+def handler_transaction(connection: BaseDatabaseWrapper) -> Iterator[None]:
+    """Run a handler in an atomic block of its own on `connection`, in autocommit
+    until now, as a server's claim transaction holds one: its writes commit when it
+    returns and are undone when it raises or marks the block for rollback
+    (`transaction.set_rollback(True)`), its `on_commit` callbacks run after the
+    commit or are dropped, and its own `atomic()` is a savepoint.
+
+    The block begins with no statement: the connection leaves autocommit (on SQLite
+    no statement either) and the transaction itself is begun (`BEGIN`, in the
+    database's `transaction_mode`) just before the handler's first statement that
+    is not a read, seen through `connection.execute_wrapper`. A handler that only
+    reads, or touches no database, takes no lock: a SQLite write lock is held over
+    a handler only from its own first write.
+    """
+    begun = False
+    connection.set_autocommit(False)  # connects: the transaction mode is read then
+    mode = getattr(connection, "transaction_mode", None)
+    begin = f"BEGIN {mode}" if isinstance(mode, str) and mode else "BEGIN"
+
+    def before_write(execute: Any, text: str, params: Any, many: bool, context: Any) -> Any:
+        nonlocal begun
+        if not begun and not text.lstrip().upper().startswith(_READS):
+            begun = True  # the BEGIN itself comes through here too
+            with connection.cursor() as cursor:
+                cursor.execute(begin)
+        return execute(text, params, many, context)
+
+    block = transaction.atomic(using=connection.alias, savepoint=False)
+    failed = True
+    try:
+        block.__enter__()
+        try:
+            with connection.execute_wrapper(before_write):
+                yield
+        except BaseException as exc:
+            block.__exit__(type(exc), exc, exc.__traceback__)
+            raise
+        block.__exit__(None, None, None)
+        failed = connection.needs_rollback
+    finally:
+        _end(connection, commit=not failed)
+
+
+def _end(connection: BaseDatabaseWrapper, *, commit: bool) -> None:
+    """End a handler's transaction and go back to autocommit, which runs the
+    `on_commit` callbacks of a commit; a connection that cannot is closed."""
+    try:
+        if commit:
+            connection.commit()
+        else:
+            connection.rollback()
+        connection.set_autocommit(True)
+    except Error:
+        with contextlib.suppress(Error):
+            connection.rollback()
+        connection.close()
+        if commit:
+            raise
