@@ -5,9 +5,12 @@ It walks the keys its filter matches from `cursor` up to `until`
 (`redrive_walk`); without a destination each message goes through the one
 delivery loop (`Delivery.hand_over`) under the drain's outcome rules, with a
 destination each row is moved (`queue.moves`). After each message the counts and
-the cursor, the last key settled, are written to the row: a run killed between a
-message's settlement and that write hands it over again when resumed, and no
-other. Carrying on unfinished redrives is `redrive_turns`.
+the cursor, the last key settled, are written to the row. Each key taken is
+marked first (`RedriveMark`, with its settlement on a server), so a run that
+starts after a kill counts what the killed one settled and did not count, and
+hands over again only a message that was never settled. A finished redrive's
+`remaining` is what it did not hand over, and its reason says why, each.
+Carrying on unfinished redrives is `redrive_turns`.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 
-from django.db import DatabaseError
+from django.db import DatabaseError, transaction
 
 from deadletter import queue
 from deadletter.conf import conf
@@ -29,12 +32,13 @@ from deadletter.drain.errors import DrainConfigError
 from deadletter.drain.handlers import load_handlers
 from deadletter.drain.locking import QueueLock
 from deadletter.drain.redrive_claim import Watcher, claim_redrive
-from deadletter.drain.redrive_walk import Walk
+from deadletter.drain.redrive_walk import Walk, actor_of, reconcile
 from deadletter.drain.redrives import RedriveError, redrive_filter
 from deadletter.drain.report import DrainReport, Outcome
 from deadletter.drain.timeouts import TimeLimit, configured_handler_timeout
 from deadletter.drain.workers import Budget, Guard
-from deadletter.models import Redrive
+from deadletter.models import QueuedMessage, Redrive
+from deadletter.models.redrives import RedriveMark
 from deadletter.queue import claims, moves
 from deadletter.store import reconnect, sql
 
@@ -149,6 +153,7 @@ class _Run:
                 redrive.queue, redrive.search, redrive.after, redrive.before, reveal=redrive.reveal
             )
             with self._queue_lock():
+                self._reconcile()
                 if redrive.destination:
                     self._move_all(redrive.destination)
                 else:
@@ -162,7 +167,8 @@ class _Run:
             reconnect.close_if_lost(sql.connection())
             return Redrive.Status.FAILED, f"database error: {reconnect.first_line(exc)}"
         if self.walk.exhausted:
-            return Redrive.Status.FINISHED, self._skipped_note()
+            self._count_the_rest()
+            return Redrive.Status.FINISHED, self._left_note()
         reason = self.stop.reason or "stop"
         if reason == RELEASE:
             return Redrive.Status.PLANNED, ""
@@ -193,13 +199,15 @@ class _Run:
             on_drop=self._dropped,
             breakers=False,
             autocommit_between=True,  # each message's counts and cursor commit after it
-            actor=f"redrive:{redrive.pk}",
+            actor=actor_of(redrive),
         )
         take = self.walk.source(delivery)
         for number, size in enumerate(_step_sizes(redrive.ramp), start=1):
             self.step = _Step(number, size)
             delivery.budget = Budget(size, Guard())
-            delivery.hand_over(take)
+            untaken = delivery.hand_over(take)
+            if untaken is not None:
+                self.walk.give_back(untaken.key)
             self.save()
             if self._failed_too_often():
                 step = self.step
@@ -228,10 +236,17 @@ class _Run:
                 if self.stopping():
                     return
             try:
-                if moves.move_msg(key, destination) is not None:
-                    redrive.moved += 1
+                with transaction.atomic(using=conf.DATABASE):
+                    moved = moves.move_msg(key, destination) is not None
+                    if moved:
+                        self.walk.mark(key)  # commits with the move
             except moves.MoveConflict:
                 self.walk.conflicts += 1
+            else:
+                if moved:
+                    redrive.moved += 1
+                elif _row_exists(key):
+                    self.walk.held += 1
             self.walk.done(key)
             self.save()
 
@@ -267,34 +282,83 @@ class _Run:
     # -- the row
 
     def save(self) -> None:
-        """Write the counts, the cursor and the heartbeat, if the row is still this
-        runner's (else stop: another runner took it over)."""
+        """Write the counts, the cursor and the heartbeat, with the marks they cover
+        (`Walk.write_marks`), in one transaction, if the row is still this runner's
+        (else stop: another runner took it over)."""
         redrive = self.redrive
-        redrive.remaining = max(0, redrive.matched - self.walk.walked)
-        redrive.cursor = self.walk.cursor
+        walk = self.walk
+        redrive.held, redrive.waiting, redrive.conflicts = walk.held, walk.waiting, walk.conflicts
+        redrive.remaining = max(0, redrive.matched - _handled(redrive))
+        redrive.cursor = walk.cursor
         redrive.heartbeat_at = datetime.now(UTC)
-        written = (
-            Redrive.objects.using(conf.DATABASE)
-            .filter(pk=redrive.pk, runner=self.me)
-            .update(
-                cursor=redrive.cursor,
-                delivered=redrive.delivered,
-                failed=redrive.failed,
-                dropped=redrive.dropped,
-                moved=redrive.moved,
-                remaining=redrive.remaining,
-                heartbeat_at=redrive.heartbeat_at,
+        with transaction.atomic(using=conf.DATABASE):
+            written = (
+                Redrive.objects.using(conf.DATABASE)
+                .filter(pk=redrive.pk, runner=self.me)
+                .update(
+                    cursor=redrive.cursor,
+                    matched=redrive.matched,
+                    delivered=redrive.delivered,
+                    failed=redrive.failed,
+                    dropped=redrive.dropped,
+                    moved=redrive.moved,
+                    remaining=redrive.remaining,
+                    gone=redrive.gone,
+                    held=redrive.held,
+                    waiting=redrive.waiting,
+                    conflicts=redrive.conflicts,
+                    heartbeat_at=redrive.heartbeat_at,
+                )
             )
-        )
+            if written:
+                walk.write_marks()
         if not written:
             self.lost = True
             self.stop("taken over")
         elif self.on_progress is not None:
             self.on_progress(redrive)
 
+    def _reconcile(self) -> None:
+        """Count what a killed run settled and did not count (`redrive_walk.reconcile`):
+        each of its marks taken and not counted is counted by what became of its
+        message, or dropped, for the message to be handed over again."""
+        redrive = self.redrive
+        settled, unsettled = [], []
+        for mark in self.walk.load_marks():
+            became = reconcile(redrive, mark)
+            if became is None:
+                unsettled.append(bytes(mark.key))
+                continue
+            settled.append(bytes(mark.key))
+            if became in ("delivered", "failed", "dropped", "moved"):
+                setattr(redrive, became, getattr(redrive, became) + 1)
+        if not settled and not unsettled:
+            return
+        with transaction.atomic(using=conf.DATABASE):
+            self.walk.count_as(settled, settled=True)
+            self.walk.count_as(unsettled, settled=False)
+            self.save()
+        logger.info(
+            "redrive counted what a killed run left id=%s settled=%s handed_again=%s",
+            redrive.pk,
+            len(settled),
+            len(unsettled),
+        )
+
+    def _count_the_rest(self) -> None:
+        """At the end of the walk: the matched messages neither handed over nor passed
+        over were gone before the run reached them (a search that found more than
+        the plan counted raises `matched` instead)."""
+        redrive = self.redrive
+        walk = self.walk
+        passed = walk.held + walk.waiting + walk.conflicts
+        rest = redrive.matched - _handled(redrive) - passed
+        redrive.gone = max(0, rest)
+        redrive.matched -= min(0, rest)
+
     def _end(self, status: str, reason: str) -> None:
         """The run's last write: counts, status and reason (a cancel, or another
-        runner's takeover, is left as it is)."""
+        runner's takeover, is left as it is); a finished one's marks go."""
         self.save()
         if self.lost:
             return
@@ -302,27 +366,47 @@ class _Run:
             pk=self.redrive.pk, runner=self.me, status=Redrive.Status.RUNNING
         )
         released = status == Redrive.Status.PLANNED
-        rows.update(
-            status=status,
-            reason=reason,
-            runner="" if released else self.me,
-            heartbeat_at=None if released else datetime.now(UTC),
-            finished_at=None if released else datetime.now(UTC),
-        )
+        with transaction.atomic(using=conf.DATABASE):
+            ended = rows.update(
+                status=status,
+                reason=reason,
+                runner="" if released else self.me,
+                heartbeat_at=None if released else datetime.now(UTC),
+                finished_at=None if released else datetime.now(UTC),
+            )
+            if ended and status == Redrive.Status.FINISHED:
+                RedriveMark.objects.using(conf.DATABASE).filter(redrive_id=self.redrive.pk).delete()
 
-    def _skipped_note(self) -> str:
+    def _left_note(self) -> str:
+        """Why each message a finished redrive did not hand over was left: the reason
+        of a finished redrive, "" when it left none."""
         redrive = self.redrive
-        handled = redrive.delivered + redrive.failed + redrive.dropped + redrive.moved
-        skipped = max(0, self.walk.walked - handled)
         notes = []
-        if self.walk.waiting:
-            notes.append(f"{self.walk.waiting} waiting on a backoff (left to the drain)")
-        if self.walk.conflicts:
-            notes.append(f"{self.walk.conflicts} not moved: the key is taken in the destination")
-        other = skipped - self.walk.waiting - self.walk.conflicts
-        if other > 0:
-            notes.append(f"{other} gone or held by another drain")
-        return "skipped " + ", ".join(notes) if notes else ""
+        if redrive.gone:
+            notes.append(
+                f"{redrive.gone} gone before the redrive reached them (delivered by a drain, "
+                "deleted, edited or moved)"
+            )
+        if redrive.held:
+            notes.append(f"{redrive.held} held by another drain")
+        if redrive.waiting:
+            notes.append(f"{redrive.waiting} waiting on a backoff (left to the drain)")
+        if redrive.conflicts:
+            notes.append(f"{redrive.conflicts} not moved: the key is taken in the destination")
+        if not notes:
+            return ""
+        verb = "moved" if redrive.destination else "handed over"
+        left = redrive.matched - _handled(redrive)
+        return f"{left} not {verb}: " + ", ".join(notes)
+
+
+def _handled(redrive: Redrive) -> int:
+    """The messages a redrive handed over (or moved)."""
+    return redrive.delivered + redrive.failed + redrive.dropped + redrive.moved
+
+
+def _row_exists(key: bytes) -> bool:
+    return QueuedMessage.objects.using(conf.DATABASE).filter(key=key).exists()
 
 
 def _step_sizes(ramp: Sequence[int]) -> Iterator[int]:

@@ -1,4 +1,5 @@
-"""Redrive: a stored plan to hand a queue's matching messages back, and its progress."""
+"""Redrive: a stored plan to hand a queue's matching messages back, and its progress;
+`RedriveMark`: the keys of its walk past its cursor, so a kill loses no count."""
 
 from __future__ import annotations
 
@@ -52,6 +53,14 @@ class Redrive(models.Model):
     dropped = models.BigIntegerField(default=0)
     moved = models.BigIntegerField(default=0)
     remaining = models.BigIntegerField(default=0)
+    # Why matched messages were not handed over: gone before the run reached them
+    # (delivered by a drain, deleted, edited), held by another drain, waiting on a
+    # backoff, or (a move) their key taken in the destination. Once it has finished,
+    # `remaining` is their sum.
+    gone = models.BigIntegerField(default=0)
+    held = models.BigIntegerField(default=0)
+    waiting = models.BigIntegerField(default=0)
+    conflicts = models.BigIntegerField(default=0)
     created_at = models.DateTimeField()
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -68,3 +77,32 @@ class Redrive(models.Model):
     def __str__(self) -> str:
         target = f" to {self.destination}" if self.destination else ""
         return f"redrive {self.pk} of {self.queue}{target} ({self.status})"
+
+
+class RedriveMark(models.Model):
+    """One key of a redrive's walk past its cursor: `counted` once its outcome is in
+    the redrive's counts (so a resumed run passes over it), else taken: written in
+    the transaction that claims it (on a server) or just before its handler (SQLite),
+    so a run that resumes after a kill knows it was handed over and finds out how it
+    ended. Marks at or below the cursor are deleted with the count that covers them.
+
+    No database constraint on `redrive`: a mark is written while the handler runs,
+    and MySQL's check of a foreign key would lock the redrive's row against the
+    counts and the heartbeat meanwhile."""
+
+    id = models.BigAutoField(primary_key=True)
+    redrive = models.ForeignKey(
+        Redrive, on_delete=models.CASCADE, db_constraint=False, related_name="+"
+    )
+    key = HexKeyField(max_length=KEY_BYTES)
+    counted = models.BooleanField(default=False)
+    taken_at = models.DateTimeField()
+
+    class Meta:
+        app_label = "deadletter"
+        constraints = [
+            models.UniqueConstraint(fields=["redrive", "key"], name="deadletter_redrivemark_key")
+        ]
+
+    def __str__(self) -> str:
+        return f"redrive {self.redrive_id} key {bytes(self.key).hex()}"
