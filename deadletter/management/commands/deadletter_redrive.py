@@ -6,11 +6,14 @@ Only parses arguments, checks who may, writes the audit entry and shows progress
 the redrive itself is `deadletter.drain.redrives`, `redrive_run` and
 `redrive_turns`.
 
-Who may: where `django.contrib.auth` is installed, `--user USERNAME` names the
-Django user who starts or cancels a redrive, who needs the
-`deadletter.redrive_queuedmessage` permission; the `LogEntry` in the redrive's
-History names them (where `django.contrib.admin` is installed). Without the
-auth app the redrive records the operating system's user.
+Who may: without `--user` the command runs as the shell's operator, who already
+holds every power it checks: the redrive records the operating system's user.
+`--user USERNAME` (where `django.contrib.auth` is installed) names the Django user
+who starts or cancels it instead, as the API would: they need the
+`deadletter.redrive_queuedmessage` permission and queue access granting `redrive`
+on the queue (and the destination), their redaction applies to the search (in
+`--dry-run` too), and the `LogEntry` in the redrive's History names them (where
+`django.contrib.admin` is installed).
 
 Exit status: 0 when the redrive finished with nothing failed again, 1 when some
 message failed again or it stopped (stop-after, a signal, a cancel), 2 for usage
@@ -43,6 +46,7 @@ from deadletter.management.commands.deadletter_drain import positive_int, rate
 from deadletter.management.database import DatabaseCommand, require_migrated
 from deadletter.management.progress import add_progress_argument, progress_bar
 from deadletter.models import Redrive
+from deadletter.queue import access
 from deadletter.queue.redaction import reveals
 
 PERMISSION = "deadletter.redrive_queuedmessage"
@@ -162,8 +166,9 @@ class Command(DatabaseCommand):
         parser.add_argument(
             "--user",
             metavar="USERNAME",
-            help="The Django user who starts or cancels it (needs the "
-            f"{PERMISSION} permission; named in the audit entry).",
+            help="The Django user who starts or cancels it, as the API would (needs the "
+            f"{PERMISSION} permission and queue access granting redrive; their redaction "
+            "applies; named in the audit entry). Without it: the shell's operator.",
         )
         parser.add_argument(
             "--format",
@@ -195,15 +200,17 @@ class Command(DatabaseCommand):
 
     # -- who may
 
-    def _who(self, options: dict[str, Any]) -> Any:
-        """The Django user of `--user`, checked; None where the auth app is not installed."""
-        if not apps.is_installed("django.contrib.auth"):
-            return None
+    def _who(self, options: dict[str, Any], *queues: str | None) -> Any:
+        """The Django user of `--user`, checked: the permission, and queue access
+        granting `redrive` on each of `queues`; None without `--user` (the shell's
+        operator)."""
         name = options["user"]
         if not name:
+            return None
+        if not apps.is_installed("django.contrib.auth"):
             raise CommandError(
-                "name the Django user who starts it: --user USERNAME (the audit entry names "
-                f"them; they need the {PERMISSION} permission)",
+                "--user names a Django user, and django.contrib.auth is not installed; "
+                "without --user the redrive records the operating system's user",
                 returncode=2,
             )
         user_model: Any = get_user_model()
@@ -217,6 +224,13 @@ class Command(DatabaseCommand):
             raise CommandError(
                 f"{name!r} may not redrive: no {PERMISSION} permission", returncode=2
             )
+        granted = access.scope_of(user)
+        for queue in queues:
+            if queue is not None and not granted.allows(queue, "redrive"):
+                raise CommandError(
+                    f"{name!r} may not redrive {queue!r}: their queue access does not grant it",
+                    returncode=2,
+                )
         return user
 
     @staticmethod
@@ -227,7 +241,7 @@ class Command(DatabaseCommand):
 
     def _plan_and_run(self, options: dict[str, Any]) -> None:
         dry = options["dry_run"]
-        user = None if dry else self._who(options)
+        user = self._who(options, options["queue"], options["destination"])
         try:
             redrive = plan_redrive(
                 queue=options["queue"],
@@ -243,7 +257,8 @@ class Command(DatabaseCommand):
                 started_by="" if dry else self._name_of(user),
                 save=False,
                 # A named user who may not see what DEADLETTER_REDACT masks plans a
-                # search that never matches it; the shell's operator sees everything.
+                # search that never matches it (a dry run too); the shell's operator
+                # sees everything.
                 reveal=user is None or reveals(user),
             )
         except RedriveError as exc:
@@ -324,7 +339,8 @@ class Command(DatabaseCommand):
             )
 
     def _cancel(self, options: dict[str, Any]) -> None:
-        user = self._who(options)
+        planned = Redrive.objects.using(conf.DATABASE).filter(pk=options["cancel"]).first()
+        user = self._who(options, *((planned.queue,) if planned is not None else ()))
         try:
             with transaction.atomic(using=conf.DATABASE):
                 redrive = cancel_redrive(options["cancel"])
