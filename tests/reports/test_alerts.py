@@ -182,6 +182,27 @@ def test_many_at_once_go_as_one_digest_then_at_most_one_digest_per_interval(
     assert len(mail.outbox) == 2
 
 
+def test_the_command_says_which_alerts_wait_for_the_digest_and_until_when(
+    settings: Any,
+) -> None:
+    queues = [f"q{i}" for i in range(7)]
+    settings.DEADLETTER_ALERTS = {"depth": 1, "channels": ["mail_admins"]}
+    settings.DEADLETTER_HANDLERS = dict.fromkeys([*queues, "late"], OK)
+    for name in queues:
+        park("a", "b", queue=name)
+    t0 = datetime.now(UTC)
+    assert evaluate(now=t0).digested == 7
+    park("a", "b", queue="late")
+    out = io.StringIO()
+    call_command("deadletter_alerts", stdout=out)
+    text = out.getvalue()
+    assert "Fired 1, sent 0, cleared 0, digested 0." in text
+    assert "Waiting for the next digest (firing): [deadletter] late" in text
+    until = (t0 + timedelta(minutes=10)).isoformat(timespec="seconds")
+    assert "1 alert(s) wait: a digest went out less than DEADLETTER_ALERT_DIGEST" in text
+    assert f"they go out as one digest at the first evaluation from {until}." in text
+
+
 def test_stalled_fires_only_once_a_drain_pass_was_seen_and_clears_on_the_next(
     settings: Any,
 ) -> None:

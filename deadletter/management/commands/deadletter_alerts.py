@@ -1,15 +1,18 @@
 """`manage.py deadletter_alerts [--dry-run]`: evaluate the alert rules once
 (`reports.alerts.evaluate`), as the drain service does after each pass, and say
-what went out; for cron where no service runs. `--dry-run` says what would fire
-and clear, and sends and writes nothing. A database error is one line and exit
+what went out, and what waits for the next digest and until when; for cron where
+no service runs. `--dry-run` says what would fire and clear, and sends and writes
+nothing. A database error is one line and exit
 status 1 (`DatabaseCommand`)."""
 
 from __future__ import annotations
 
+from datetime import UTC
 from typing import Any
 
 from django.core.management.base import CommandParser
 
+from deadletter.conf import conf
 from deadletter.management.database import DatabaseCommand
 from deadletter.reports.alerts.evaluate import evaluate
 
@@ -41,4 +44,13 @@ class Command(DatabaseCommand):
             self.stdout.write(
                 f"Fired {done.fired}, sent {done.sent}, cleared {done.cleared}, "
                 f"digested {done.digested}."
+            )
+        for alert in done.waiting:
+            self.stdout.write(f"Waiting for the next digest ({alert.kind}): {alert.title}")
+        if done.waiting and done.waiting_until is not None:
+            until = done.waiting_until.astimezone(UTC).isoformat(timespec="seconds")
+            self.stdout.write(
+                f"{len(done.waiting)} alert(s) wait: a digest went out less than "
+                f"DEADLETTER_ALERT_DIGEST ({conf.ALERT_DIGEST}) ago; they go out as one digest "
+                f"at the first evaluation from {until}."
             )

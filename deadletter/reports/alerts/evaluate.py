@@ -62,7 +62,9 @@ class Finding:
 class Evaluation:
     """What one evaluation did (or, in a dry run, would do): `alerts` went out (a
     digest counts once in `sent`, its items in `digested`), `failed` the channels that
-    could not take one (parked in `deadletter.alerts`), `notes` what was not evaluated."""
+    could not take one (parked in `deadletter.alerts`), `notes` what was not evaluated,
+    `waiting` the alerts held for the next digest, which may go out from
+    `waiting_until` (a digest went out less than `DEADLETTER_ALERT_DIGEST` ago)."""
 
     fired: int = 0
     sent: int = 0
@@ -71,6 +73,8 @@ class Evaluation:
     alerts: list[Alert] = dataclasses.field(default_factory=list)
     failed: list[str] = dataclasses.field(default_factory=list)
     notes: list[str] = dataclasses.field(default_factory=list)
+    waiting: list[Alert] = dataclasses.field(default_factory=list)
+    waiting_until: datetime | None = None
 
 
 def evaluate(
@@ -280,6 +284,8 @@ def _send(result: Evaluation, wanted: dict[Key, Finding], now: datetime, send: S
     if len(outgoing) > DIGEST_AFTER or recent:
         if not state.claim_digest(now, conf.ALERT_DIGEST):
             state.release([row.id for row, _ in outgoing], me)
+            result.waiting = [a for _, a in outgoing]
+            result.waiting_until = (state.last_digest() or now) + conf.ALERT_DIGEST
             return
         digest = _digest([a for _, a in outgoing], now)
         if _deliver(result, digest, _channels_of([row.queue for row, _ in outgoing]), send):
