@@ -180,8 +180,9 @@ class ConfiguredRate:
 
 
 class FailedAuthThrottle(ConfiguredRate, SimpleRateThrottle):
-    """Failed authentications (a wrong password or token) per client address, as
-    DRF's `get_ident` reads it (`NUM_PROXIES`). Past the rate a failure from the
+    """Failed authentications (a wrong password or token) per client address: the
+    connection's (`REMOTE_ADDR`), or with DRF's `NUM_PROXIES` set, the one its
+    proxies append to X-Forwarded-For (`get_ident`). Past the rate a failure from the
     address is a 429 with Retry-After, but a request whose credential authenticates
     still gets through: clients behind one proxy share an address, and one of
     them guessing must not turn the others away (`FailedCredentialThrottle`
@@ -191,6 +192,14 @@ class FailedAuthThrottle(ConfiguredRate, SimpleRateThrottle):
 
     def get_cache_key(self, request: Request, view: Any) -> str | None:
         return self.cache_format % {"scope": self.scope, "ident": self.get_ident(request)}
+
+    def get_ident(self, request: Request) -> str:
+        """DRF without `NUM_PROXIES` takes the whole X-Forwarded-For as the client
+        wrote it, a new address on every request for a guesser; the connection's
+        address cannot be forged."""
+        if api_settings.NUM_PROXIES is None:
+            return str(request.META.get("REMOTE_ADDR") or "")
+        return str(super().get_ident(request))
 
     def throttle_success(self) -> bool:
         return True  # only a failure counts: `record_failure`

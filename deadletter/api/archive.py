@@ -13,7 +13,8 @@ needs its `retry` grant.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+import re
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.urls import reverse
@@ -27,7 +28,7 @@ from rest_framework.response import Response
 
 from deadletter import drain
 from deadletter.api.access import DeadletterView, openapi, require, scope
-from deadletter.api.fields import KeyField, TextField, queue_name
+from deadletter.api.fields import NO_NUL, KeyField, QueueNameField, TextField, query_data
 from deadletter.api.serializers import (
     DEFAULT_PAGE_SIZE,
     MAX_PAGE_SIZE,
@@ -137,33 +138,55 @@ class ArchivePageSerializer(serializers.Serializer):
     next = serializers.URLField(allow_null=True, help_text="The next page; null on the last.")
 
 
+@extend_schema_field({"type": "string", "pattern": NO_NUL})
+class ActorField(TextField):
+    """A user name: any text but a NUL."""
+
+
+CURSOR_PATTERN = "^[0-9]{1,19}-[0-9]{1,19}$"
+_LAST_MICROS = (datetime.max.replace(tzinfo=UTC) - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(
+    microseconds=1
+)
+_LAST_ID = 2**63 - 1
+
+
+@extend_schema_field({"type": "string", "pattern": CURSOR_PATTERN})
+class CursorField(serializers.Field):
+    """`<microseconds>-<id>`, as `next` gives it. Any such pair is a place in the
+    archive's order: one past its last time or id is its end (the page starts at
+    the newest entry), so every cursor the schema admits is answered."""
+
+    def to_internal_value(self, data: Any) -> Cursor:
+        text = data if isinstance(data, str) else ""
+        if not re.fullmatch(CURSOR_PATTERN, text, re.ASCII):
+            raise serializers.ValidationError(
+                "not a cursor of the archive: <microseconds>-<id>, as `next` gives"
+            )
+        micros, _, ident = text.partition("-")
+        try:
+            return Cursor.parse(f"{min(int(micros), _LAST_MICROS)}-{min(int(ident), _LAST_ID)}")
+        except ValueError as exc:
+            raise serializers.ValidationError(str(exc)) from None
+
+
 class ArchiveQuerySerializer(serializers.Serializer):
     """A page of the archive: the entries after `cursor` (newest first), at most
     `limit`, of `queue`, `reason` and `actor` when given. Reason and actor are looked
     for within `archive_pages.WINDOW` entries a page: a page may then hold fewer
     entries than `limit`, even none, and still have a `next`."""
 
-    queue = TextField(required=False, help_text="Entries of this queue only.")
+    queue = QueueNameField(required=False, help_text="Entries of this queue only.")
     reason = serializers.ChoiceField(choices=ArchivedMessage.Reason.values, required=False)
-    actor = TextField(required=False, help_text="Entries by this user (or drain) only.")
-    cursor = TextField(required=False, help_text="Where the page starts: as `next` gives it.")
+    actor = ActorField(required=False, help_text="Entries by this user (or drain) only.")
+    cursor = CursorField(required=False, help_text="Where the page starts: as `next` gives it.")
     limit = serializers.IntegerField(
         min_value=1, max_value=MAX_PAGE_SIZE, default=DEFAULT_PAGE_SIZE, required=False
     )
-
-    def validate_queue(self, value: str) -> str:
-        return queue_name(value)
 
     def validate_actor(self, value: str) -> str:
         if "\x00" in value:
             raise serializers.ValidationError("A user name holds no NUL.")
         return value
-
-    def validate_cursor(self, value: str) -> Cursor:
-        try:
-            return Cursor.parse(value)
-        except ValueError as exc:
-            raise serializers.ValidationError(str(exc)) from None
 
 
 class RestoredSerializer(serializers.Serializer):
@@ -190,7 +213,7 @@ class ArchiveList(DeadletterView):
         responses={200: ArchivePageSerializer, 400: BAD, **REFUSALS},
     )
     def get(self, request: Request) -> Response:
-        query = ArchiveQuerySerializer(data=request.query_params)
+        query = ArchiveQuerySerializer(data=query_data(request))
         query.is_valid(raise_exception=True)
         asked = query.validated_data
         filters = Filters(

@@ -40,6 +40,28 @@ class TextField(serializers.Field):
         return str(value)
 
 
+NO_NUL = "^[^\\x00]*$"
+
+
+@extend_schema_field(
+    {"type": "string", "minLength": 1, "maxLength": keys.MAX_QUEUE_NAME_BYTES, "pattern": NO_NUL}
+)
+class QueueNameField(TextField):
+    """A queue's name (1..255 UTF-8 bytes, no NUL: `queue_name`); the schema says
+    as much as JSON Schema can (it counts characters, the queue bytes)."""
+
+    def to_internal_value(self, data: Any) -> str:
+        return queue_name(super().to_internal_value(data))
+
+
+def query_data(request: Any) -> dict[str, str]:
+    """The query string as a plain dict (the last value of a repeated name), so
+    that a query serializer sees each parameter exactly as sent: DRF takes an
+    empty value in a `QueryDict` for an absent one, which let `?reason=` or
+    `?after=` through where the schema admits no empty string."""
+    return dict(request.query_params.items())
+
+
 @extend_schema_field({"type": "integer", "format": "int64"})
 class Int64Field(serializers.Field):
     """A JSON integer (not a boolean, not a string) in Go's int64 range."""

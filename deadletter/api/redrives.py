@@ -25,7 +25,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from deadletter.api.access import DeadletterView, ParsedBody, openapi, require, scope
-from deadletter.api.fields import Int64Field, TextField, queue_name
+from deadletter.api.fields import Int64Field, QueueNameField, TextField, query_data, queue_name
 from deadletter.api.serializers import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, ErrorSerializer
 from deadletter.api.views import BAD, REFUSALS
 from deadletter.conf import conf
@@ -52,7 +52,7 @@ class StepField(Int64Field):
 class RedriveRequestSerializer(serializers.Serializer):
     """What `POST redrives/` asks for: `deadletter_redrive`'s options by name."""
 
-    queue = TextField(help_text="The queue whose messages are redriven.")
+    queue = QueueNameField(help_text="The queue whose messages are redriven.")
     search = TextField(
         required=False,
         default="",
@@ -64,7 +64,7 @@ class RedriveRequestSerializer(serializers.Serializer):
     before = serializers.DateTimeField(
         required=False, allow_null=True, default=None, help_text="First failure before."
     )
-    destination = TextField(
+    destination = QueueNameField(
         required=False,
         allow_null=True,
         default=None,
@@ -246,7 +246,7 @@ class RedriveList(DeadletterView):
         responses={200: RedrivePageSerializer, 400: BAD, **REFUSALS},
     )
     def get(self, request: Request) -> Response:
-        query = RedrivePageQuerySerializer(data=request.query_params)
+        query = RedrivePageQuerySerializer(data=query_data(request))
         query.is_valid(raise_exception=True)
         limit: int = query.validated_data["limit"]
         found = _visible(request, _redrives().order_by("-id"))

@@ -27,7 +27,25 @@ SCHEMA_SETTINGS: dict[str, Any] = {
     "VERSION": "1",
     # Separate request and response shapes, so read-only fields are not asked for.
     "COMPONENT_SPLIT_REQUEST": True,
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "deadletter.api.schema.require_bodies",
+    ],
 }
+
+
+def require_bodies(result: dict[str, Any], generator: Any, **kwargs: Any) -> dict[str, Any]:
+    """Mark required the request bodies a view cannot do without (the methods in its
+    `body_required`), which drf-spectacular leaves optional when no field of the
+    body is required: the park takes a message whose every field may be left out,
+    but not no message at all."""
+    for path, _, method, view in getattr(generator, "endpoints", None) or ():
+        if method not in getattr(getattr(view, "cls", None), "body_required", ()):
+            continue
+        body = result.get("paths", {}).get(path, {}).get(method.lower(), {}).get("requestBody")
+        if body is not None:
+            body["required"] = True
+    return result
 
 
 class DeadletterEndpoints(EndpointEnumerator):

@@ -32,7 +32,7 @@ from deadletter.api.access import (
     require,
     scope,
 )
-from deadletter.api.fields import KEY_PATTERN
+from deadletter.api.fields import KEY_PATTERN, query_data
 from deadletter.api.serializers import (
     ErrorSerializer,
     KeySerializer,
@@ -119,7 +119,10 @@ class QueueList(DeadletterView):
         responses={200: QueueSerializer(many=True), 400: BAD, **REFUSALS},
     )
     def get(self, request: Request) -> Response:
-        query = QueuePageQuerySerializer(data=request.query_params)
+        data = query_data(request)
+        if data.get("after") == "":
+            del data["after"]  # no name sorts before the empty one: the first page
+        query = QueuePageQuerySerializer(data=data)
         query.is_valid(raise_exception=True)
         limit: int = query.validated_data["limit"]
         after: str | None = query.validated_data.get("after")
@@ -159,6 +162,7 @@ class MessageList(DeadletterView):
     `DEADLETTER_API_QUEUES` decide: parking is none of the queue access's actions)."""
 
     permissions = {"POST": ADD}
+    body_required = frozenset({"POST"})
 
     @openapi(
         parameters=[NAME, PageQuerySerializer],
@@ -166,14 +170,17 @@ class MessageList(DeadletterView):
     )
     def get(self, request: Request, name: str) -> Response:
         require(request, valid_name(name), absent=NO_QUEUE)
-        query = PageQuerySerializer(data=request.query_params)
+        query = PageQuerySerializer(data=query_data(request))
         query.is_valid(raise_exception=True)
-        after: bytes | None = query.validated_data.get("after")
+        asked = dict(query.validated_data)
+        after: bytes | None = asked.get("after")
         low, high = keys.queue_bounds(name)
-        if after is not None and not low <= after < high:
-            raise ValidationError({"after": ["The key does not belong to this queue."]})
+        if after is not None and after >= high:  # a place past the queue: nothing after it
+            return Response({"results": [], "next": None})
+        if after is not None and after < low:  # a place before the queue: from its start
+            del asked["after"]
         path = reverse("deadletter-api:messages", kwargs={"name": name})
-        return _page(request, query.validated_data, name, path)
+        return _page(request, asked, name, path)
 
     @openapi(
         parameters=[NAME],
@@ -209,7 +216,7 @@ class SearchList(DeadletterView):
         responses={200: PageSerializer, 400: BAD, **REFUSALS},
     )
     def get(self, request: Request) -> Response:
-        query = PageQuerySerializer(data=request.query_params)
+        query = PageQuerySerializer(data=query_data(request))
         query.is_valid(raise_exception=True)
         return _page(request, query.validated_data, None, reverse("deadletter-api:search"))
 

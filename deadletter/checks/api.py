@@ -52,11 +52,10 @@ PROXY_SETTINGS = ("SECURE_PROXY_SSL_HEADER", "USE_X_FORWARDED_HOST", "USE_X_FORW
 def check_api_proxy(
     app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
 ) -> list[checks.CheckMessage]:
-    """The API's failed-authentication throttle counts per client address, DRF's
-    `get_ident`: the last `NUM_PROXIES` entries of X-Forwarded-For, and without
-    `NUM_PROXIES` the whole header as the client wrote it. A site that trusts a
-    proxy's headers is behind one, where that header is how clients get a new
-    address on every request."""
+    """The API's failed-authentication throttle counts per client address: with
+    `NUM_PROXIES`, the entry its proxies appended to X-Forwarded-For; without it,
+    the connection's. A site that trusts a proxy's headers is behind one, where
+    the connection's address is the proxy's, shared by every client."""
     from django.conf import settings
 
     trusted = [name for name in PROXY_SETTINGS if getattr(settings, name, None)]
@@ -75,8 +74,9 @@ def check_api_proxy(
         checks.Warning(
             f"The site trusts a proxy's headers ({', '.join(trusted)}) but "
             "REST_FRAMEWORK['NUM_PROXIES'] is unset: the API's failed-authentication "
-            "throttle then counts failures per X-Forwarded-For header as the client sent "
-            "it, so a client writing a new one on each request is never slowed.",
+            "throttle then counts failures per connection address, the proxy's, so every "
+            "client behind it shares one count (X-Forwarded-For, which a client can write, "
+            "is read only with NUM_PROXIES).",
             hint="Set REST_FRAMEWORK['NUM_PROXIES'] to the number of proxies in front of "
             "the site that append to X-Forwarded-For (1 for one nginx or load balancer), "
             "or 0 if none does.",

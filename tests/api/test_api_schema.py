@@ -9,6 +9,9 @@ import pytest
 from django.contrib.staticfiles import finders
 from django.test import modify_settings, override_settings
 from drf_spectacular.validation import validate_schema
+from jsonschema import Draft202012Validator
+
+from tests.factories import park
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -150,3 +153,95 @@ def test_the_schema_documents_a_messages_attempts_history(api) -> None:
         if "$ref" in ref:
             outcome = schema["components"]["schemas"][ref["$ref"].rsplit("/", 1)[1]]
     assert outcome["enum"] == ["failed", "timeout", "held", "permanent", "max_attempts", "killed"]
+
+
+# --- what the schema admits is what the API accepts (issue 44, point 11) ---------------
+
+
+def query_parameters(schema: dict) -> list[tuple[str, str, dict]]:
+    """(path, name, schema) of every query parameter of every GET in the schema."""
+    found = []
+    for path, operations in schema["paths"].items():
+        for parameter in operations.get("get", {}).get("parameters", []):
+            if parameter["in"] == "query":
+                found.append((path, parameter["name"], parameter["schema"]))
+    return found
+
+
+def admits(parameter: dict, value: str) -> bool:
+    """Whether a query parameter's schema admits `value` as sent (a string)."""
+    if parameter.get("type") == "integer":
+        return value.isascii() and value.lstrip("-").isdigit()
+    return not list(Draft202012Validator(parameter).iter_errors(value))
+
+
+def test_every_query_parameter_given_empty_is_answered_as_its_schema_says(api) -> None:
+    """DRF takes an empty value in a query string for a missing one: `?reason=` and
+    `?after=` were answered 200 where the schema admits no empty string."""
+    park("a", queue="q")
+    schema = api.get(f"{API}/schema/", {"format": "json"}).json()
+    checked = []
+    for path, name, parameter in query_parameters(schema):
+        url = path.replace("{name}", "q")
+        response = api.get(url, {name: ""})
+        checked.append((url, name))
+        if admits(parameter, ""):
+            assert response.status_code == 200, (url, name, response.content)
+        else:
+            assert response.status_code == 400, (url, name, response.content)
+            assert list(response.json()) == [name], (url, name, response.content)
+    assert (f"{API}/archive/", "reason") in checked and (f"{API}/messages/", "after") in checked
+    assert len(checked) >= 14
+
+
+@pytest.mark.parametrize(
+    "value", ["0-0", "1-1", "9999999999999999999-9999999999999999999", "253402300800000000-1"]
+)
+def test_every_archive_cursor_the_schema_admits_is_a_place_in_the_archive(api, value) -> None:
+    schema = api.get(f"{API}/schema/", {"format": "json"}).json()
+    (cursor,) = (p for path, name, p in query_parameters(schema) if name == "cursor")
+    assert admits(cursor, value)
+    response = api.get(f"{API}/archive/", {"cursor": value})
+    assert response.status_code == 200, response.content
+
+
+@pytest.mark.parametrize("value", ["", "abc", "1-", "-1", "1-2-3", "٣-1", "1" * 20 + "-1"])
+def test_an_archive_cursor_outside_the_schema_is_a_400(api, value) -> None:
+    schema = api.get(f"{API}/schema/", {"format": "json"}).json()
+    (cursor,) = (p for path, name, p in query_parameters(schema) if name == "cursor")
+    assert not admits(cursor, value)
+    response = api.get(f"{API}/archive/", {"cursor": value})
+    assert response.status_code == 400 and list(response.json()) == ["cursor"]
+
+
+def test_a_key_of_another_queue_is_a_place_in_key_order_not_a_400(api) -> None:
+    """Any hex key is schema-valid for `after`: one sorting before the queue starts
+    from its first row, one after it is past its end."""
+    (first, second) = park("a", "b", queue="q")
+    (before,) = park("x", queue="p")
+    (past,) = park("y", queue="r")
+    listed = api.get(f"{API}/queues/q/messages/", {"after": before.hex()})
+    assert listed.status_code == 200
+    assert [row["key"] for row in listed.json()["results"]] == [first.hex(), second.hex()]
+    beyond = api.get(f"{API}/queues/q/messages/", {"after": past.hex()})
+    assert beyond.status_code == 200 and beyond.json() == {"results": [], "next": None}
+
+
+def test_the_park_says_its_body_is_required(api) -> None:
+    schema = api.get(f"{API}/schema/", {"format": "json"}).json()
+    park_op = schema["paths"][f"{API}/queues/{{name}}/messages/"]["post"]
+    assert park_op["requestBody"]["required"] is True
+    assert api.post(f"{API}/queues/q/messages/").status_code == 400
+
+
+@pytest.mark.parametrize(
+    "body", [{"queue": ""}, {"queue": "a\x00b"}, {"queue": "q", "destination": ""}]
+)
+def test_a_redrive_queue_the_schema_refuses_is_a_400_and_the_schema_says_so(api, body) -> None:
+    schema = api.get(f"{API}/schema/", {"format": "json"}).json()
+    fields = schema["components"]["schemas"]["RedriveRequestRequest"]["properties"]
+    for name, value in body.items():
+        if value != "q":
+            assert not admits({k: v for k, v in fields[name].items() if k != "nullable"}, value)
+    response = api.post(f"{API}/redrives/", body, format="json")
+    assert response.status_code == 400

@@ -80,6 +80,34 @@ def test_a_guesser_trying_a_new_token_each_time_is_429_with_retry_after_past_the
         assert 0 < int(throttled["Retry-After"]) <= 60
 
 
+@override_settings(DEADLETTER_API_THROTTLE_RATES={"failed_auth": "3/min"})
+def test_without_num_proxies_a_forged_x_forwarded_for_never_makes_a_new_address() -> None:
+    """Each guess with an X-Forwarded-For of its own, from one connection: without
+    `NUM_PROXIES` the header is the client's to write, so the throttle counts the
+    connection's address."""
+    codes = []
+    for i in range(4):
+        client = token_client(f"guess-{i}", "198.51.100.7")
+        codes.append(client.get(QUEUES, HTTP_X_FORWARDED_FOR=f"203.0.113.{i}").status_code)
+    assert codes == [401, 401, 401, 429]
+
+
+@override_settings(DEADLETTER_API_THROTTLE_RATES={"failed_auth": "3/min"})
+def test_with_num_proxies_the_address_the_proxy_appended_is_counted() -> None:
+    """Behind one proxy (`NUM_PROXIES` 1) clients share the connection's address
+    and are told apart by the entry the proxy appends, not by what they wrote."""
+    with override_settings(REST_FRAMEWORK={"NUM_PROXIES": 1}):  # DRF reloads on the signal
+        guesser = [
+            token_client(f"guess-{i}", "10.0.0.1").get(
+                QUEUES, HTTP_X_FORWARDED_FOR=f"203.0.113.{i}, 198.51.100.7"
+            )
+            for i in range(4)
+        ]
+        other = token_client("wrong", "10.0.0.1").get(QUEUES, HTTP_X_FORWARDED_FOR="198.51.100.8")
+    assert [r.status_code for r in guesser] == [401, 401, 401, 429]
+    assert other.status_code == 401
+
+
 @override_settings(DEADLETTER_API_THROTTLE_RATES={"failed_auth": "2/min"})
 def test_a_guesser_is_answered_401_again_once_its_failures_leave_the_window() -> None:
     with time_machine.travel(timezone.now(), tick=False) as clock:
