@@ -109,10 +109,9 @@ class Walk:
 
     def give_back(self, key: bytes) -> None:
         """`key` was taken and then not handed over (a stop came between): its mark
-        goes, and the cursor stays before it, for the next run to take it again."""
+        goes, and it stays open, holding the cursor before it, for the next run to
+        take it again."""
         with self._lock:
-            if key in self._open:
-                self._open.remove(key)
             self._marked.discard(key)
         _marks(self.redrive_id).filter(key=key).delete()
 
