@@ -9,7 +9,7 @@ sync itself (a 4 KB write and `fdatasync` in the same folder) and, for
 reference, a park one at a time under `synchronous=NORMAL` (today's W001 hint),
 which does not sync at commit. Rows:
 
-  sync         write + fdatasync of 4 KB in BENCH_DIR                  ms each
+  sync         write + fdatasync of 4 KB in BENCH_DIR        ms each, best and median
   full-1       store_failed_msgs(q, msg), FULL  vs raw INSERT + commit  parks/s, ratio
   full-100     store_failed_msgs(q, [100 msgs]), FULL vs raw BEGIN; executemany of
                100 INSERTs; COMMIT                                      parks/s, ratio
@@ -22,6 +22,7 @@ alike). BENCH_QUICK=1 is a smoke run (fewer parks and rounds).
 from __future__ import annotations
 
 import os
+import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -49,21 +50,21 @@ def interleaved(variants: dict[str, Callable[[], float]], rounds: int) -> dict[s
     return {name: min(t) for name, t in times.items()}
 
 
-def disk_sync_seconds(folder: Path) -> float:
-    """The best of `SYNC_OPS` 4 KB appends each followed by `fdatasync`."""
+def disk_sync_seconds(folder: Path) -> tuple[float, float]:
+    """The best and the median of `SYNC_OPS` 4 KB appends each followed by `fdatasync`."""
     path = folder / "sync-probe"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-    best = float("inf")
+    took: list[float] = []
     try:
         for _ in range(SYNC_OPS):
             start = time.perf_counter()
             os.write(fd, b"\0" * 4096)
             os.fdatasync(fd)
-            best = min(best, time.perf_counter() - start)
+            took.append(time.perf_counter() - start)
     finally:
         os.close(fd)
         path.unlink()
-    return best
+    return min(took), statistics.median(took)
 
 
 def main() -> None:
@@ -126,8 +127,11 @@ def main() -> None:
             raw.execute("COMMIT")
         return time.perf_counter() - start
 
-    sync_s = disk_sync_seconds(path.parent)
-    out = [f"SQLite file {path} (WAL); disk sync: 4 KB write + fdatasync {sync_s * 1e3:.2f} ms"]
+    best_sync, median_sync = disk_sync_seconds(path.parent)
+    out = [
+        f"SQLite file {path} (WAL); disk sync (4 KB write + fdatasync): "
+        f"best {best_sync * 1e3:.2f} ms, median {median_sync * 1e3:.2f} ms"
+    ]
     out.append(f"{'row':<10} {'app parks/s':>12} {'raw parks/s':>12} {'ratio':>6}")
 
     def row(name: str, app_s: float, raw_s: float, count: int) -> str:
