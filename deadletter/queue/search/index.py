@@ -50,7 +50,7 @@ logger = logging.getLogger("deadletter")
 BATCH = 500
 # The most pending rows one search indexes itself: the few parked since the drain
 # service's last pass, not a backlog (the rest is read directly, `lookup`).
-REQUEST_ROWS = 100
+REQUEST_ROWS = 50
 SWEEP_BATCH = 5000
 # One batch's transaction holds SQLite's write lock for about its postings'
 # inserts: a batch stops taking rows at this many postings (or after this long
