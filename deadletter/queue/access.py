@@ -8,35 +8,41 @@ apply. The model permission is always checked on top, by the caller.
 Rules add up: an action is granted on a queue when some rule whose pattern
 matches the queue grants it, and the queue is also granted `view` by some
 rule (a message one cannot see is one one cannot act on: it is a 404).
-A pattern is `fnmatch.fnmatchcase`-style. For querysets a pattern becomes key
-ranges of `QueuedMessage.key`: a literal name the queue's range, a literal
-prefix followed by one trailing `*` the range of every name with that prefix,
-any other pattern the ranges of the queue names that exist and match it
-(the first `RESOLVE_LIMIT` names walked; beyond that a queue is allowed by
-`allows` but not listed by `queue_q`).
+A pattern is `fnmatch.fnmatchcase`-style (`access_patterns`). Any rule costs
+what a prefix costs: a literal name is the queue's key range, a literal prefix
+followed by one trailing `*` the range of every name with that prefix, and any
+other pattern the range of its literal prefix (everything for `*-billing`)
+with the pattern tested on each row's queue name, one condition of fixed size
+in SQL (`queue_q`), never a list of the queues it matches. Pages read the
+queues a pattern matches in turn, walking the queue names of its prefix's
+range a page at a time (`Spans`, `granted_names`), each statement bounded.
 """
 
 from __future__ import annotations
 
-import fnmatch
+import itertools
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from django.db.models import BooleanField, Case, Q, Subquery, Value, When
+from django.db.models import BooleanField, Case, F, Q, QuerySet, Subquery, Value, When
 
 from deadletter.models import QueueAccess
-from deadletter.queue.api import walk_queue_names
+from deadletter.queue.access_patterns import Pattern, QueueNameMatches, compiled
 from deadletter.store import scans, sql
 from deadletter.wire import keys
 
-__all__ = ["ACTIONS", "RESOLVE_LIMIT", "Scope", "can", "may_change_rules", "scope_of"]
+__all__ = ["ACTIONS", "RESOLVE_LIMIT", "Scope", "Spans", "can", "may_change_rules", "scope_of"]
 
 ACTIONS = ("view", "retry", "edit", "delete", "redrive")
-# The most queue names a pattern that is neither a name nor a prefix is
-# resolved against, per pattern and scope.
+# The most queue names a list filter walks to offer a restricted user's choices.
 RESOLVE_LIMIT = 10_000
+# Queue names walked a statement: the first page small (a page of rows needs few
+# queues), then twice as many each time up to this.
 _WALK_PAGE = 1_000
+_FIRST_WALK = 32
+# Key ranges counted a statement (`Scope.count`).
+_COUNTED_RANGES = 64
 _WILDCARDS = frozenset("*?[")
 
 # A key interval [low, high); high None: no upper bound.
@@ -46,7 +52,7 @@ _Interval = tuple[bytes, bytes | None]
 class Scope:
     """What one user may do on which queue, read once (see `scope_of`)."""
 
-    __slots__ = ("_patterns", "_intervals", "unrestricted")
+    __slots__ = ("_patterns", "_cache", "unrestricted")
 
     def __init__(self, grants: Iterable[tuple[str, Sequence[str]]] = (), *, unrestricted: bool):
         """`grants`: `(pattern, actions)` pairs, one per rule."""
@@ -55,7 +61,7 @@ class Scope:
         for pattern, actions in grants:
             for action in actions:
                 self._patterns[_checked(action)].add(pattern)
-        self._intervals: dict[str, list[_Interval]] = {}
+        self._cache: dict[str, Any] = {}
 
     @classmethod
     def everything(cls) -> Scope:
@@ -68,7 +74,7 @@ class Scope:
         return f"Scope({granted})"
 
     def _granted(self, queue: str, action: str) -> bool:
-        return any(fnmatch.fnmatchcase(queue, p) for p in self._patterns[action])
+        return any(compiled(p).matches(queue) for p in self._patterns[action])
 
     def allows(self, queue: str, action: str = "view") -> bool:
         """Whether `action` is granted on `queue` (and `view` with it)."""
@@ -84,37 +90,73 @@ class Scope:
     def queue_q(self, action: str = "view", *, field: str = "key") -> Q:
         """A `Q` on the key column `field` (`QueuedMessage.key`; `ArchivedMessage.key`
         too) keeping the rows of the queues where `action` is allowed: `Q()` when
-        unrestricted, one that is never true when nothing is."""
+        unrestricted, one that is never true when nothing is. Its size grows with
+        the rules, never with the queues they match: a pattern that is not a name
+        nor a prefix is its prefix's range and a test of each row's queue name."""
         _checked(action)
         if self.unrestricted:
             return Q()
-        intervals = self.intervals(action)
-        if not intervals:
-            return Q(pk__in=[])
-        combined = Q()
-        for low, high in intervals:
-            part = Q(**{f"{field}__gte": low})
-            if high is not None:
-                part &= Q(**{f"{field}__lt": high})
-            combined |= part
-        return combined
+        if self.is_exact(action):
+            return _ranges_q(self.intervals(action), field)
+        found = self._pattern_q("view", field)
+        return found if action == "view" else found & self._pattern_q(action, field)
 
-    def intervals(self, action: str = "view") -> list[_Interval]:
-        """The sorted, disjoint key intervals `queue_q` is made of (not for an
-        unrestricted scope, which has no limit)."""
-        found = self._intervals.get(action)
-        if found is None:
-            found = self._ranges("view")
-            if action != "view":
-                found = _intersect(found, self._ranges(action))
-            self._intervals[action] = found
+    def _pattern_q(self, action: str, field: str) -> Q:
+        exact, globs = self._parts(action)
+        found = _ranges_q(exact, field)
+        for (low, high), pattern in globs:
+            found |= _ranges_q([(low, high)], field) & Q(QueueNameMatches(F(field), pattern))
         return found
 
-    def spans(self, action: str = "view") -> list[_Interval] | None:
-        """`intervals`, or None for an unrestricted scope: the key ranges a page or a
-        search of the user's is kept to (`search.keys_page(spans=...)`)."""
+    def _parts(self, action: str) -> tuple[list[_Interval], list[tuple[_Interval, Pattern]]]:
+        """The exact key ranges of `action`'s names and prefixes (merged), and each
+        other pattern with the range of its literal prefix."""
+        key = f"parts:{action}"
+        cached = self._cache.get(key)
+        if cached is None:
+            exact: list[_Interval] = []
+            globs: list[tuple[_Interval, Pattern]] = []
+            for pattern in sorted(self._patterns[action]):
+                span, glob = _pattern_parts(pattern)
+                if glob is not None and span is not None:
+                    globs.append((span, glob))
+                elif span is not None:
+                    exact.append(span)
+            cached = self._cache[key] = (_merge(exact), globs)
+        return cached
+
+    def _both(self, action: str) -> tuple[list[_Interval], list[_Interval]]:
+        """`(covering, exact)` for `action` (with `view`): the key intervals its
+        granted queues lie in, and those whose every key is granted."""
+        key = f"both:{action}"
+        cached = self._cache.get(key)
+        if cached is None:
+            exact, globs = self._parts("view")
+            covering = _merge([*exact, *(span for span, _ in globs)])
+            if action != "view":
+                a_exact, a_globs = self._parts(action)
+                covering = _intersect(covering, _merge([*a_exact, *(s for s, _ in a_globs)]))
+                exact = _intersect(exact, a_exact)
+            cached = self._cache[key] = (covering, exact)
+        return cached
+
+    def intervals(self, action: str = "view") -> list[_Interval]:
+        """The sorted, disjoint key intervals the queues where `action` is allowed lie
+        in (not for an unrestricted scope, which has no limit): exactly their rows
+        when `is_exact`, else a pattern's rows among others of its prefix."""
         _checked(action)
-        return None if self.unrestricted else self.intervals(action)
+        return self._both(action)[0]
+
+    def is_exact(self, action: str = "view") -> bool:
+        """Whether every key in `intervals` is granted (names and prefixes only)."""
+        covering, exact = self._both(_checked(action))
+        return covering == exact
+
+    def spans(self, action: str = "view") -> Spans | None:
+        """The key ranges a page or a search of the user's walks in turn (`Spans`),
+        or None for an unrestricted scope (`search.keys_page(spans=...)`)."""
+        _checked(action)
+        return None if self.unrestricted else Spans(self, action)
 
     def granted_names(
         self,
@@ -127,30 +169,151 @@ class Scope:
         """Up to `limit` names of queues holding a row on which `action` is allowed,
         nearest first: sorting after `after` (from the first when None), or with
         `before` the last ones before it (nearest first, so descending). A walk of
-        the granted key ranges only: one statement a range at least, however many
-        other queues there are. `ValueError` for an invalid name."""
+        the names in the granted key ranges only, a bounded statement a page of
+        names. `ValueError` for an invalid name."""
         if before is not None:
             bound: bytes | None = keys.encode_queue_name(before)
         else:
             bound = None if after is None else keys.encode_queue_name(after) + b"\x01"
-        if self.unrestricted:
-            spans: list[_Interval] = [(b"", None)]
-        else:
-            spans = self.intervals(action)
-        connection = sql.connection()
-        if before is not None:
-            return _walk_down(connection, spans, bound, limit)
-        return _walk_up(connection, spans, bound, limit)
+        descending = before is not None
+        spans: list[_Interval] = [(b"", None)] if self.unrestricted else self.intervals(action)
+        exact = self.unrestricted or self.is_exact(action)
+        found: list[str] = []
+        for low, high in _clipped(spans, bound, descending):
+            for name in _names_between(low, high, descending, first=limit):
+                if exact or self.allows(name, action):
+                    found.append(name)
+                    if len(found) >= limit:
+                        return found
+        return found
 
-    def _ranges(self, action: str) -> list[_Interval]:
-        cached = self._intervals.get(f"granted:{action}")
-        if cached is None:
-            spans: list[_Interval] = []
-            for pattern in self._patterns[action]:
-                spans.extend(_pattern_intervals(pattern))
-            cached = _merge(spans)
-            self._intervals[f"granted:{action}"] = cached
-        return cached
+    def count(self, rows: QuerySet[Any], cap: int, action: str = "view") -> int:
+        """How many of `rows` (a queryset of a model keyed by `key`) lie in the queues
+        where `action` is allowed, counting at most `cap + 1`: the granted ranges in
+        turn, at most `_COUNTED_RANGES` of them a statement."""
+        if self.unrestricted:
+            return int(rows.values("key")[: cap + 1].count())
+        total = 0
+        chunk: list[_Interval] = []
+        for span in itertools.chain(Spans(self, action), [None]):
+            if span is not None:
+                chunk.append(span)
+            if chunk and (span is None or len(chunk) == _COUNTED_RANGES):
+                part = rows.filter(_ranges_q(chunk, "key")).values("key")
+                total += int(part[: cap + 1 - total].count())
+                chunk = []
+                if total > cap:
+                    break
+        return total
+
+
+class Spans(Sequence[_Interval]):
+    """The key ranges of a restricted user's queues, read in turn by a page (the
+    changelist's, `by_span`) or a search (`search.keys_page(spans=...)`).
+
+    Iterating gives exact ranges, sorted (`reversed`: descending), lazily: a range
+    whose every key is granted as it is, and within a pattern's prefix range one
+    range per queue it matches, found by walking that range's queue names a page
+    at a time; a page that stops early stops the walk. `covering` is the few
+    ranges they lie in (one per rule at most) and `keeps(key)` tells a granted key
+    from another in them: a search walks `covering` and keeps what `keeps` keeps.
+    Indexing or `len()` walks every name once (for code that wants a list)."""
+
+    __slots__ = ("_exact", "_listed", "action", "covering", "exact", "scope")
+
+    def __init__(self, scope: Scope, action: str = "view") -> None:
+        self.scope = scope
+        self.action = action
+        self.covering, self._exact = scope._both(action)
+        self.exact = self.covering == self._exact
+        self._listed: list[_Interval] | None = None
+
+    def _all(self) -> list[_Interval]:
+        if self._listed is None:
+            self._listed = list(self.walk())
+        return self._listed
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+    def __bool__(self) -> bool:
+        return bool(self.covering)
+
+    def __getitem__(self, index: Any) -> Any:
+        return self._all()[index]
+
+    def __repr__(self) -> str:
+        return f"Spans({self.covering!r}, exact={self.exact})"
+
+    def keeps(self, key: bytes) -> bool:
+        """Whether `key`'s queue is one of the granted queues."""
+        return self.exact or self.scope.allows(keys.queue_of(bytes(key)), self.action)
+
+    def __iter__(self) -> Iterator[_Interval]:
+        return self.walk()
+
+    def __reversed__(self) -> Iterator[_Interval]:
+        return self.walk(descending=True)
+
+    def walk(self, *, descending: bool = False) -> Iterator[_Interval]:
+        for low, high in reversed(self.covering) if descending else self.covering:
+            if self.exact or _inside(low, high, self._exact):
+                yield low, high
+                continue
+            for name in _names_between(low, high, descending, first=_FIRST_WALK):
+                if self.scope.allows(name, self.action):
+                    yield keys.queue_bounds(name)
+
+
+def _ranges_q(spans: Iterable[_Interval], field: str) -> Q:
+    combined: Q | None = None
+    for low, high in spans:
+        part = Q(**{f"{field}__gte": low})
+        if high is not None:
+            part &= Q(**{f"{field}__lt": high})
+        combined = part if combined is None else combined | part
+    return Q(pk__in=[]) if combined is None else combined
+
+
+def _inside(low: bytes, high: bytes | None, spans: list[_Interval]) -> bool:
+    """Whether `[low, high)` lies within one of `spans`."""
+    for s_low, s_high in spans:
+        if s_low <= low and (s_high is None or (high is not None and high <= s_high)):
+            return True
+    return False
+
+
+def _clipped(spans: list[_Interval], bound: bytes | None, descending: bool) -> Iterator[_Interval]:
+    """`spans` in the order read, cut to what lies after `bound` (before it, descending)."""
+    for low, high in reversed(spans) if descending else spans:
+        if bound is None:
+            yield low, high
+        elif descending:
+            if low < bound:
+                yield low, bound if high is None else min(high, bound)
+        elif high is None or high > bound:
+            yield max(low, bound), high
+
+
+def _names_between(
+    low: bytes, high: bytes | None, descending: bool, *, first: int
+) -> Iterator[str]:
+    """The names of the queues holding a row in `[low, high)`, nearest first: one
+    statement of index seeks a page of names, `first` names, then twice as many
+    each time up to `_WALK_PAGE`."""
+    connection = sql.connection()
+    want = max(1, min(first, _WALK_PAGE))
+    cursor: bytes | None = high if descending else low
+    while True:
+        page = scans.queue_keys(connection, cursor, descending=descending, limit=want)
+        for key in page:
+            if (key < low) if descending else (high is not None and key >= high):
+                return
+            yield keys.queue_of(key)
+        if len(page) < want:
+            return
+        cursor = keys.prefix_of(page[-1]) if descending else keys.prefix_of(page[-1]) + b"\x01"
+        want = min(want * 2, _WALK_PAGE)
 
 
 def _checked(action: str) -> str:
@@ -185,43 +348,21 @@ def _prefix_interval(prefix: str) -> _Interval | None:
     return raw, stripped[:-1] + bytes([stripped[-1] + 1])
 
 
-def _pattern_intervals(pattern: str) -> list[_Interval]:
+def _pattern_parts(pattern: str) -> tuple[_Interval | None, Pattern | None]:
+    """A pattern's key range and, for one that is neither a name nor a prefix
+    followed by `*`, the parsed pattern each queue name in that range is tested
+    with (None, None: it grants nothing)."""
     prefix = literal_prefix(pattern)
     if prefix == pattern:
         try:
-            return [keys.queue_bounds(pattern)]
+            return keys.queue_bounds(pattern), None
         except ValueError:
-            return []
-    if pattern[len(prefix) :].strip("*") == "":
-        span = _prefix_interval(prefix)
-        return [] if span is None else [span]
-    return [keys.queue_bounds(name) for name in _resolve(pattern, prefix)]
-
-
-def _resolve(pattern: str, prefix: str) -> list[str]:
-    """The queue names that exist and match `pattern`, walked from `prefix`."""
+            return None, None
     span = _prefix_interval(prefix)
-    if span is None:
-        return []
-    high = span[1]
-    found: list[str] = []
-    start: str | None = prefix or None
-    include = True
-    walked = 0
-    while walked < RESOLVE_LIMIT:
-        page = walk_queue_names(
-            start, min(_WALK_PAGE, RESOLVE_LIMIT - walked), include_start=include
-        )
-        for name in page:
-            if high is not None and name.encode("utf-8") >= high:
-                return found
-            if fnmatch.fnmatchcase(name, pattern):
-                found.append(name)
-        walked += len(page)
-        if len(page) < _WALK_PAGE:
-            break
-        start, include = page[-1], False
-    return found
+    if pattern[len(prefix) :].strip("*") == "" or span is None:
+        return span, None
+    parsed = compiled(pattern)
+    return (span, parsed) if parsed.parts is not None else (None, None)
 
 
 def _merge(spans: list[_Interval]) -> list[_Interval]:
@@ -251,46 +392,6 @@ def _intersect(left: list[_Interval], right: list[_Interval]) -> list[_Interval]
         else:
             j += 1
     return out
-
-
-def _walk_up(connection: Any, spans: list[_Interval], bound: bytes | None, limit: int) -> list[str]:
-    found: list[str] = []
-    for low, high in spans:
-        if bound is not None and high is not None and high <= bound:
-            continue
-        cursor = low if bound is None else max(low, bound)
-        while len(found) < limit:
-            want = min(limit - len(found), _WALK_PAGE)
-            page = scans.queue_keys(connection, cursor, descending=False, limit=want)
-            inside = [key for key in page if high is None or key < high]
-            found.extend(keys.queue_of(key) for key in inside)
-            if len(inside) < len(page):
-                break
-            if len(page) < want:
-                return found
-            cursor = keys.prefix_of(page[-1]) + b"\x01"
-    return found
-
-
-def _walk_down(
-    connection: Any, spans: list[_Interval], bound: bytes | None, limit: int
-) -> list[str]:
-    found: list[str] = []
-    for low, high in reversed(spans):
-        if bound is not None and low >= bound:
-            continue
-        cursor = bound if high is None else high if bound is None else min(high, bound)
-        while len(found) < limit:
-            want = min(limit - len(found), _WALK_PAGE)
-            page = scans.queue_keys(connection, cursor, descending=True, limit=want)
-            inside = [key for key in page if key >= low]
-            found.extend(keys.queue_of(key) for key in inside)
-            if len(inside) < len(page):
-                break
-            if len(page) < want:
-                return found
-            cursor = keys.prefix_of(page[-1])
-    return found
 
 
 def _read_scope(user: Any) -> Scope:

@@ -37,7 +37,7 @@ from django.db.models import Q, QuerySet
 from deadletter.conf import conf
 from deadletter.models import ArchivedMessage
 from deadletter.queue import browse, redaction
-from deadletter.queue.access import Scope
+from deadletter.queue.access import Scope, Spans
 from deadletter.queue.search import Query
 from deadletter.wire import codec, keys
 from deadletter.wire.messages import Message
@@ -50,6 +50,10 @@ SEARCH_SECONDS = 1.0
 """A search decodes entries for at most this long a page, within `WINDOW`."""
 MERGED_QUEUES = 50
 """Granted queues a restricted page merges at most: a seek or two each a page."""
+WALKED_QUEUES = 200
+"""Queues with entries a restricted page looks at, at most, to find the granted ones
+among those of a pattern's prefix (`*-billing`: every queue): past that the
+database filters the archive's time index by the scope instead."""
 _BATCH = 500
 
 
@@ -207,27 +211,36 @@ def page(filters: Filters, cursor: Cursor | None = None, size: int = 50) -> Page
 
 def _merged_queues(filters: Filters) -> list[str] | None:
     """The granted queues whose index ranges a restricted page without a queue filter
-    merges; None for any other page, or past `MERGED_QUEUES` such queues."""
+    merges; None for any other page, or past `MERGED_QUEUES` such queues (or
+    `WALKED_QUEUES` queues with entries looked at to find them)."""
     spans = None if filters.within is None else filters.within.spans()
     if spans is None or filters.queue is not None:
         return None
     return _queues_in(spans, MERGED_QUEUES)
 
 
-def _queues_in(spans: list[tuple[bytes, bytes | None]], limit: int) -> list[str] | None:
-    """The queues with entries in the key ranges `spans`, in key order; None past
-    `limit` of them."""
-    names = list(itertools.islice(_names_in(spans), limit + 1))
-    return None if len(names) > limit else names
+def _queues_in(spans: Spans, limit: int) -> list[str] | None:
+    """The granted queues with entries in `spans`, in key order; None past `limit`
+    of them, or past `WALKED_QUEUES` queues with entries in its covering ranges."""
+    names: list[str] = []
+    for walked, (name, kept) in enumerate(_names_in(spans), start=1):
+        if walked > WALKED_QUEUES:
+            return None
+        if kept:
+            names.append(name)
+            if len(names) > limit:
+                return None
+    return names
 
 
-def _names_in(spans: list[tuple[bytes, bytes | None]]) -> Iterator[str]:
-    """One seek of the (key, id) index a queue with entries and one a range; none for
-    a range that is one queue's (`keys.queue_bounds`), whose name it is."""
+def _names_in(spans: Spans) -> Iterator[tuple[str, bool]]:
+    """Each queue with entries in the covering ranges of `spans` and whether it is
+    granted: one seek of the (key, id) index a queue and one a range; none for a
+    range that is one queue's (`keys.queue_bounds`), whose name it is."""
     by_key = _entries().order_by("key").values_list("key", flat=True)
-    for low, high in spans:
-        if high == low + b"\x01":
-            yield keys.queue_of(low)
+    for low, high in spans.covering:
+        if spans.exact and high == low + b"\x01" and keys.SEPARATOR not in low:
+            yield keys.queue_of(low), True
             continue
         start = low
         while True:
@@ -236,7 +249,7 @@ def _names_in(spans: list[tuple[bytes, bytes | None]]) -> Iterator[str]:
             if found is None:
                 break
             prefix = keys.prefix_of(bytes(found))
-            yield keys.queue_of(prefix)
+            yield keys.queue_of(prefix), spans.keeps(prefix)
             start = prefix + b"\x01"
 
 
