@@ -50,11 +50,11 @@ def searched_rows(
 ) -> QuerySet[QueuedMessage]:
     """`queryset` narrowed to the rows `query` matches (in what the user may see:
     `reveal`, in the key ranges `spans` when not None); `SearchTooBroad` past
-    `MAX_ACTION_ROWS`, `search.SearchTooCostly` past what a page may read."""
+    `MAX_ACTION_ROWS`, `search.SearchTooCostly` past that many candidates and what a
+    page may read besides."""
     found: list[bytes] = []
-    rows = search.iter_matching(
-        query, queue=queue, reveal=reveal, spans=spans, budget=lookup.MAX_CANDIDATES
-    )
+    budget = MAX_ACTION_ROWS + lookup.MAX_CANDIDATES
+    rows = search.iter_matching(query, queue=queue, reveal=reveal, spans=spans, budget=budget)
     for key in rows:
         found.append(key)
         if len(found) > MAX_ACTION_ROWS:

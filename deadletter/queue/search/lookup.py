@@ -66,7 +66,7 @@ _ESTIMATED = 6
 _SEEKS = 2
 # What one page (or one admin action) may read before it gives up: each candidate
 # is decoded and checked, 10 to 90 us (docs/search.md has the figures).
-MAX_CANDIDATES = 10_000
+MAX_CANDIDATES = 5_000
 
 Bounds = tuple[bytes, bytes | None]
 
