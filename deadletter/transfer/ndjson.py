@@ -67,7 +67,7 @@ SHOWN_CONFLICTS = 5
 _TIMES = ("Timestamp", "QueuedAt")
 _STRINGS = ("Username", "Subject")
 _LISTS = ("Descriptions", "Fields", "SkipRecipients")
-_MESSAGE_KEYS = frozenset((*_TIMES, *_STRINGS, *_LISTS, "Code", "extra"))
+_MESSAGE_KEYS = frozenset((*_TIMES, *_STRINGS, *_LISTS, "Code", "extra", "raw_entries"))
 
 
 class LoadError(DeadletterError, ValueError):
@@ -184,15 +184,16 @@ def _row_line(key: bytes, value: bytes, redact: bool) -> str | None:
         head["corrupt"] = str(exc)
         head["value"] = {"$bytes": base64.b64encode(value).decode("ascii")}
     else:
+        # Entries kept as bytes cannot be masked: a redacted dump leaves them out.
         if len(msgs) == 1 and not keys.is_legacy_key(key):
-            head.update(_message_json(msgs[0]))
+            head.update(_message_json(msgs[0], raw=not redact))
         else:
-            head["messages"] = [_message_json(m) for m in msgs]
+            head["messages"] = [_message_json(m, raw=not redact) for m in msgs]
     return json.dumps(head, ensure_ascii=False, allow_nan=False, separators=(",", ":")) + "\n"
 
 
-def _message_json(msg: Message) -> dict[str, Any]:
-    return {
+def _message_json(msg: Message, *, raw: bool) -> dict[str, Any]:
+    shown = {
         "Timestamp": _time_text(msg.timestamp),
         "QueuedAt": _time_text(msg.queued_at),
         "Username": msg.username,
@@ -203,6 +204,9 @@ def _message_json(msg: Message) -> dict[str, Any]:
         "Code": int(msg.code),
         "extra": {str(k): to_json(v) for k, v in msg.extra.items()},
     }
+    if raw and msg.raw_entries:
+        shown["raw_entries"] = [to_json(bytes(entry)) for entry in msg.raw_entries]
+    return shown
 
 
 def _time_text(moment: GoTime | GoOnlyTime | None) -> str | None:
@@ -291,6 +295,11 @@ def _message(data: Any, where: str) -> Message:
     if not isinstance(extra, dict):
         raise ValueError(f"{where}: extra must be an object")
     fields["extra"] = {k: from_json(v) for k, v in extra.items()}
+    listed = data.get("raw_entries", [])
+    raw = [from_json(entry) for entry in listed] if isinstance(listed, list) else [None]
+    if not all(isinstance(entry, bytes) for entry in raw):
+        raise ValueError(f'{where}: raw_entries must be a list of {{"$bytes": "<base64>"}}')
+    fields["raw_entries"] = tuple(raw)
     return Message(**fields)
 
 

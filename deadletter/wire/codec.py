@@ -22,8 +22,6 @@ import dataclasses
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-import cbor2
-
 from deadletter.wire import gotime
 from deadletter.wire.gotime import GoTime
 from deadletter.wire.items import (
@@ -31,12 +29,13 @@ from deadletter.wire.items import (
     CodecError,
     array_head,
     load_items,
+    message_item,
     walk,
     without_prefix,
 )
 from deadletter.wire.messages import EventCode, Message
 from deadletter.wire.reading import EVENT_CODES, GO_KEYS, message
-from deadletter.wire.writing import ENCODE_FAILURES, unencodable, wire_map
+from deadletter.wire.writing import ENCODE_FAILURES, dumps, unencodable, wire_map
 
 __all__ = [
     "CodecError",
@@ -54,7 +53,9 @@ def _set_up_speedups() -> Any:
     code then does it all), set up with the classes it builds messages of."""
     if gotime.speedups is None:
         return None
-    attributes = tuple(field.name for field in dataclasses.fields(Message))
+    # The nine the C code builds; `raw_entries` keeps its class default there, and a
+    # message that has some is written by the Python code.
+    attributes = tuple(field.name for field in dataclasses.fields(Message))[:9]
     gotime.speedups.setup(Message, GoTime, EVENT_CODES, GO_KEYS, attributes, EventCode)
     return gotime.speedups
 
@@ -116,10 +117,10 @@ def decode(value: bytes) -> list[Message]:
     if single is not None:
         return [single]
     value = without_prefix(value)
-    count, _ = array_head(value)
+    count, start = array_head(value)
     if count == 0:
         return []
-    return [_message_of(item, index) for index, item in enumerate(load_items(value))]
+    return list(_iter_items(value, count, start))
 
 
 def decode_single(value: bytes) -> Message | None:
@@ -131,7 +132,11 @@ def decode_single(value: bytes) -> Message | None:
             return msg
     if type(value) is not bytes or len(value) < 2 or value[0] != 0x81:
         return None
-    return _message_of(load_items(value)[0], 0)
+    try:
+        item = message_item(value, 1, load_items(value)[0])
+    except CodecError as exc:
+        item = message_item(value, 1, None, exc)
+    return _message_of(item, 0)
 
 
 def iter_decode(value: bytes) -> Iterator[Message]:
@@ -185,35 +190,41 @@ def encode(msgs: Sequence[Message]) -> bytes:
     """Go's bytes for `msgs`: what its encoder writes for the same `[]Message`."""
     wire = [wire_map(msg, index) for index, msg in enumerate(msgs)]
     try:
-        value = cbor2.dumps(wire)
+        value = dumps(wire, msgs)
     except ENCODE_FAILURES as exc:
         raise unencodable(msgs, exc) from exc
-    return _read_back(value) if any(msg.extra for msg in msgs) else value
+    return _read_back(value, msgs) if any(m.extra or m.raw_entries for m in msgs) else value
 
 
 def encode_one(msg: Message, stamp_ns: int | None = None) -> bytes:
     """`encode([msg])`: the value of a per-message row. With `stamp_ns`, a message
     without `queued_at` is written as queued at that instant (UTC), with no copy
     of it made to say so: the store's stamp."""
-    if _go_encode is not None:
+    if _go_encode is not None and not msg.raw_entries:
         value = _go_encode(msg, stamp_ns)
         if value is not None:
             return value
     wire = [wire_map(msg, 0, stamp_ns)]
     try:
-        value = cbor2.dumps(wire)
+        value = dumps(wire, [msg])
     except ENCODE_FAILURES as exc:
         raise unencodable([msg], exc) from exc
-    return _read_back(value) if msg.extra else value
+    return _read_back(value, [msg]) if msg.extra or msg.raw_entries else value
 
 
-def _read_back(value: bytes) -> bytes:
+def _read_back(value: bytes, msgs: Sequence[Message]) -> bytes:
     """`value` once it reads back: cbor2 writes some extra values the reading
     refuses (a map keyed by an int, nesting past Go's 32 levels), and a row
-    nobody can read must not be stored. The eight fields are checked before
-    encoding, so only a message with extra keys needs this."""
+    nobody can read must not be stored, nor one whose extra values would come
+    back as `raw_entries`. The eight fields are checked before encoding, so
+    only a message with extra keys needs this."""
     try:
-        decode(value)
+        again = decode(value)
     except CodecError as exc:
         raise CodecError(f"would not read back: {exc}") from None
+    kept = [len(msg.raw_entries) for msg in again]
+    if kept != [len(msg.raw_entries) for msg in msgs]:
+        raise CodecError(
+            "would not read back: an extra value would come back as bytes (keyed by a number?)"
+        )
     return value

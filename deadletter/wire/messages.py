@@ -44,6 +44,9 @@ class Message:
     `None` stands for Go's zero time and for a nil list; an empty list stays an empty list, because
     Go tells them apart on the wire. `extra` holds map keys this app does not
     know, in their original order, so they are written back unchanged.
+    `raw_entries` holds, as their own CBOR bytes, the map entries Go skips and
+    `extra` cannot hold (an integer key, an unknown key's value with text that
+    is not UTF-8): written back unchanged after `extra`.
     """
 
     timestamp: GoTime | GoOnlyTime | None = None
@@ -55,6 +58,7 @@ class Message:
     skip_recipients: list[str] | None = None
     code: int = EventCode.GRADE
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+    raw_entries: tuple[bytes, ...] = ()
 
     def __post_init__(self) -> None:
         if self.timestamp is not None and type(self.timestamp) is not GoTime:
@@ -80,6 +84,7 @@ class Message:
             "skip_recipients": _copy_list(self.skip_recipients),
             "code": self.code,
             "extra": dict(self.extra),
+            "raw_entries": self.raw_entries,
         }
         if changes:
             values.update(changes)

@@ -16,7 +16,7 @@ from typing import Any
 import cbor2
 
 from deadletter.wire.gotime import GoOnlyTime, GoTime, from_go_text
-from deadletter.wire.items import CodecError
+from deadletter.wire.items import UNREADABLE, CodecError, Entries
 from deadletter.wire.messages import EventCode, Message
 
 __all__ = [
@@ -50,6 +50,8 @@ _MAX_EPOCH_NS = GoTime.parse("9999-12-31T23:59:59.999999999Z").unix_ns
 MIN_CODE = -(2**63)  # Go's EventCode is a plain int: 64 bits, signed
 MAX_CODE = 2**63 - 1
 _UNDEFINED = cbor2.undefined
+_FROZEN_DICT = type(cbor2.loads(b"\xc9\xa0").value)
+_SELF_DESCRIBED = 55799  # Go strips it before any value; any other tag on a time is refused
 
 
 def message(item: Any, index: int) -> Message:
@@ -119,22 +121,63 @@ def message(item: Any, index: int) -> Message:
 
 
 def generic_message(item: Any, index: int) -> Message:
-    if type(item) is not dict:
+    """Any map Go's decoder reads as a `msgtypes.Message`: the first key naming a field
+    (exactly or ignoring case) fills it and later ones are dropped, as Go skips
+    them; integer keys in Go's int64 range and unknown keys' values cbor2
+    cannot hold are kept as bytes (`raw_entries`); unregistered tags around the
+    map are ignored, as Go ignores them."""
+    item = _untagged(item, index, "message")
+    if type(item) is dict:
+        entries: Any = ((key, raw, None) for key, raw in item.items())
+    elif type(item) is Entries:
+        entries = item
+    else:
         raise CodecError(f"message {index}: expected a map, got {_kind(item)}")
     values: dict[str, Any] = {}
     extra: dict[str, Any] = {}
-    for key, raw in item.items():
-        field = _FIELDS.get(key)
+    kept: list[bytes] = []
+    for key, raw, entry in entries:
+        field = _FIELDS.get(key) if type(key) is str else None
         if field is None:
+            if type(key) is int and MIN_CODE <= key <= MAX_CODE and entry is not None:
+                kept.append(entry)
+                continue
             if type(key) is not str:
                 raise CodecError(f"message {index}: map key {key!r} is not a text string")
             field = field_for(key)
             if field is None:
-                extra[key] = raw
+                if key in extra:
+                    continue
+                if raw is UNREADABLE:
+                    kept.append(entry)
+                else:
+                    extra[key] = raw
                 continue
         name, attribute, convert = field
+        if attribute in values:
+            continue
+        if raw is UNREADABLE:
+            raise CodecError(f"message {index}: {name}: undecodable CBOR (text that is not UTF-8?)")
         values[attribute] = convert(raw, index, name)
-    return Message(**values, extra=extra)
+    return Message(**values, extra=extra, raw_entries=tuple(kept))
+
+
+def _untagged(raw: Any, index: int, name: str) -> Any:
+    """`raw` without the tags Go's decoder ignores around a message, a text, a list or
+    an integer: any but the bignums (2, 3), and 0 and 1 only around what they
+    must hold (text, a number)."""
+    while type(raw) is cbor2.CBORTag:
+        tag, inner = raw.tag, raw.value
+        if (
+            tag in (2, 3)
+            or (tag == 0 and type(inner) is not str)
+            or (tag == 1 and type(inner) not in (int, float))
+        ):
+            raise wrong_type(index, name, "a value Go reads", raw)
+        raw = inner
+    if type(raw) is _FROZEN_DICT:  # how cbor2 gives a map inside a tag
+        raw = dict(raw.items())
+    return raw
 
 
 def _go_text(text: str, index: int, name: str) -> GoTime | GoOnlyTime | None:
@@ -147,6 +190,8 @@ def _go_text(text: str, index: int, name: str) -> GoTime | GoOnlyTime | None:
 
 
 def _time(raw: Any, index: int, name: str) -> GoTime | GoOnlyTime | None:
+    while type(raw) is cbor2.CBORTag and raw.tag == _SELF_DESCRIBED:
+        raw = raw.value
     kind = type(raw)
     if kind is str:
         text = raw
@@ -178,6 +223,7 @@ def _epoch(seconds: int | float, index: int, name: str) -> GoTime | GoOnlyTime |
 
 
 def _text(raw: Any, index: int, name: str) -> str:
+    raw = _untagged(raw, index, name)
     if type(raw) is str:
         return raw
     if raw is None or raw is _UNDEFINED:
@@ -186,8 +232,11 @@ def _text(raw: Any, index: int, name: str) -> str:
 
 
 def _text_list(raw: Any, index: int, name: str) -> list[str] | None:
+    raw = _untagged(raw, index, name)
     if type(raw) is list:
         for position, element in enumerate(raw):
+            if type(element) is cbor2.CBORTag:
+                element = raw[position] = _untagged(element, index, f"{name}[{position}]")
             if type(element) is not str:
                 if element is None or element is _UNDEFINED:
                     raw[position] = ""
@@ -200,6 +249,7 @@ def _text_list(raw: Any, index: int, name: str) -> list[str] | None:
 
 
 def _code(raw: Any, index: int, name: str) -> int:
+    raw = _untagged(raw, index, name)
     if type(raw) is int and MIN_CODE <= raw <= MAX_CODE:
         return raw
     if raw is None or raw is _UNDEFINED:

@@ -19,7 +19,7 @@ from deadletter.wire.items import CodecError
 from deadletter.wire.messages import EventCode, Message
 from deadletter.wire.reading import MAX_CODE, MIN_CODE, field_for, wrong_type
 
-__all__ = ["ENCODE_FAILURES", "unencodable", "wire_map"]
+__all__ = ["ENCODE_FAILURES", "dumps", "unencodable", "wire_map"]
 
 ENCODE_FAILURES = (cbor2.CBORError, ValueError, TypeError, OverflowError, RecursionError)
 
@@ -67,6 +67,29 @@ def wire_map(msg: Message, index: int, stamp_ns: int | None = None) -> dict[str,
                 raise CodecError(f"message {index}: extra key {key!r} would be read as a field")
             wire[key] = value
     return wire
+
+
+def dumps(wire: list[dict[str, Any]], msgs: Sequence[Message]) -> bytes:
+    """cbor2's bytes for the maps `wire` of `msgs`, each map followed by its message's
+    `raw_entries` as they came (cbor2 writes a dict head, then each key and value:
+    the same bytes, written here when raw entries join them)."""
+    if not any(msg.raw_entries for msg in msgs):
+        return cbor2.dumps(wire)
+    out = [_head(4, len(wire))]
+    for mapping, msg in zip(wire, msgs, strict=True):
+        out.append(_head(5, len(mapping) + len(msg.raw_entries)))
+        out.extend(cbor2.dumps(key) + cbor2.dumps(value) for key, value in mapping.items())
+        out.extend(bytes(entry) for entry in msg.raw_entries)
+    return b"".join(out)
+
+
+def _head(major: int, count: int) -> bytes:
+    if count < 24:
+        return bytes([major << 5 | count])
+    for info, width in ((24, 1), (25, 2), (26, 4), (27, 8)):
+        if count < 1 << (8 * width):
+            return bytes([major << 5 | info]) + count.to_bytes(width, "big")
+    raise CodecError(f"{count} items cannot be written")
 
 
 def _wire_time(time: GoTime | GoOnlyTime | datetime, index: int, name: str) -> str | None:

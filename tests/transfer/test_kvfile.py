@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import cbor2
 import pytest
 import time_machine
 
@@ -757,3 +758,38 @@ def test_export_replaces_every_drain_write_back_in_a_batch(tmp_path: Path) -> No
     assert (report.total.written, report.total.replaced) == (0, len(changed))
     assert report.total.present == len(written) - len(changed)
     assert [(k, v) for k, v, _ in kv_rows(target)] == table_rows()
+
+
+# --- rows only Go's decoder read before ---------------------------------------------
+
+
+def odd_go_rows() -> list[tuple[bytes, bytes, None]]:
+    """Rows Go's decoder reads that cbor2's dict reads otherwise or not at all."""
+    plain = codec.encode([msg("odd")])
+    assert plain[1] == 0xA8
+    queued = cbor2.dumps("QueuedAt") + cbor2.dumps("2026-01-01T00:00:00Z")
+    entries = [
+        cbor2.dumps(7) + cbor2.dumps("int key"),
+        cbor2.dumps("Origin") + b"\x62\xff\xfe",
+        cbor2.dumps("queuedat") + cbor2.dumps("2026-01-01T00:00:00Z"),
+        queued,
+    ]
+    values = [b"\x81\xa9" + plain[2:] + extra for extra in entries]
+    values.append(b"\x81\xc9" + plain[1:])  # tag 9 around the message
+    return [(keys.make_key("q", T0 + i, i), value, None) for i, value in enumerate(values)]
+
+
+def test_rows_go_reads_are_imported_read_as_go_reads_them_and_exported_unchanged(
+    tmp_path: Path,
+) -> None:
+    rows = odd_go_rows()
+    source = make_kv(tmp_path / "go.sqlite", rows)
+    report = kvfile.import_kv(source)
+    assert (report.total.written, report.total.corrupt) == (len(rows), 0)
+    assert table_rows() == [(k, v) for k, v, _ in rows]
+    read = [codec.decode(v)[0] for _, v, _ in rows]
+    assert {m.queued_at for m in read} == {QUEUED}  # the first QueuedAt, as Go reads it
+    assert [len(m.raw_entries) for m in read] == [1, 1, 0, 0, 0]
+    target = tmp_path / "back.sqlite"
+    kvfile.export_kv(target)
+    assert kv_rows(target) == rows

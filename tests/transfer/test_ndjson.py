@@ -253,3 +253,32 @@ def test_a_key_another_writer_took_meanwhile_is_judged_by_the_bytes_it_holds(
         rows=3, inserted=1, identical=1, conflicting=1, conflicts=[(2, other)]
     )
     assert calls == [3, 3]
+
+
+def test_entries_kept_as_bytes_round_trip_byte_for_byte() -> None:
+    plain = codec.encode([Message(subject="s", extra={"Origin": "o"})])
+    kept = cbor2.dumps(7) + cbor2.dumps("int key")
+    value = plain[:1] + bytes([plain[1] + 1]) + plain[2:] + kept
+    key = keys.make_key("q", 1, 1)
+    line = ndjson.row_line(key, value)
+    assert json.loads(line)["raw_entries"] == [{"$bytes": "B2dpbnQga2V5"}]
+    assert ndjson.parse_line(line) == (key, value)
+
+
+def test_raw_entries_that_are_not_bytes_are_refused() -> None:
+    line = json.loads(ndjson.row_line(keys.make_key("q", 1, 1), codec.encode([Message()])))
+    line["raw_entries"] = "B2dpbnQga2V5"
+    with pytest.raises(ValueError, match="raw_entries"):
+        ndjson.parse_line(json.dumps(line))
+
+
+def test_a_redacted_dump_leaves_entries_kept_as_bytes_out(settings) -> None:
+    settings.DEADLETTER_REDACT = {"*": ["Origin"]}
+    plain = codec.encode([Message(subject="s")])
+    kept = cbor2.dumps("Origin") + b"\x62\xff\xfe"  # cannot be masked: not text
+    insert(keys.make_key("q", 1, 1), plain[:1] + bytes([plain[1] + 1]) + plain[2:] + kept)
+    out = io.StringIO()
+    ndjson.dump(out, ["q"], redact=True)
+    line = json.loads(out.getvalue())
+    assert "raw_entries" not in line
+    assert line["Subject"] == "s"

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rest_framework.test import APIClient
 
-from deadletter.wire import keys
+from deadletter.wire import codec, keys
 from deadletter.wire.jsonvalues import from_json, to_json
 from tests.factories import insert, raw_sql
 
@@ -128,7 +128,13 @@ def test_any_stored_value_reads_through_the_api_without_a_server_error(value: An
             strict_json(json.loads(response.content))
         shown = client.get(f"{API}/messages/{key.hex()}/").json()
         if not shown["corrupt"]:
-            assert shown["messages"][0]["extra"]["Value"] == to_json(value)
+            extra = shown["messages"][0]["extra"]
+            if "Value" in extra:
+                assert extra["Value"] == to_json(value)
+            else:  # a value cbor2 cannot hold (a map keyed by a number): kept as bytes
+                assert codec.decode(row)[0].raw_entries == (
+                    cbor2.dumps("Value") + cbor2.dumps(value),
+                )
     finally:
         with connection.cursor() as cursor:
             cursor.execute(raw_sql("DELETE FROM {table} WHERE {key} = %s"), (key,))
