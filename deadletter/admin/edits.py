@@ -28,6 +28,7 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 
 from deadletter.conf import conf
+from deadletter.drain import holding
 from deadletter.models import QueuedMessage
 from deadletter.queue import browse, edits, limits, redaction
 from deadletter.wire import jsonvalues, keys
@@ -389,7 +390,11 @@ def _save(
 ) -> edits.Edited | None:
     try:
         edited = edits.edit_msg(
-            key, form.message(), expected=etag, actor=request.user.get_username()
+            key,
+            form.message(),
+            expected=etag,
+            actor=request.user.get_username(),
+            held=holding.in_hand,
         )
     except edits.EditRefused as exc:
         form.refused(exc)

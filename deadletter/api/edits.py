@@ -18,6 +18,7 @@ from rest_framework.response import Response
 
 from deadletter.api.fields import ExtraField, Int64Field, TextField, TimeField, format_time
 from deadletter.api.serializers import ErrorSerializer, RowSerializer, viewer
+from deadletter.drain import holding
 from deadletter.queue import edits, limits, redaction
 from deadletter.wire import jsonvalues, keys
 from deadletter.wire.gotime import GoOnlyTime, GoTime
@@ -165,7 +166,11 @@ def patch(request: Request, key: bytes) -> Response:
     _refuse_redacted(msg, queue, dict(given.validated_data), request)
     try:
         done = edits.edit_msg(
-            key, edited(msg, dict(given.validated_data)), expected=etag, actor=_actor(request)
+            key,
+            edited(msg, dict(given.validated_data)),
+            expected=etag,
+            actor=_actor(request),
+            held=holding.in_hand,
         )
     except edits.EditRefused as exc:
         raise exceptions.ValidationError({exc.field or "non_field_errors": [str(exc)]}) from None

@@ -183,13 +183,24 @@ def editable_message(value: bytes) -> Message:
     return msgs[0]
 
 
-def edit_msg(key: bytes, msg: Message, *, expected: str, actor: str) -> Edited:
+def edit_msg(
+    key: bytes,
+    msg: Message,
+    *,
+    expected: str,
+    actor: str,
+    held: Callable[[bytes], bool] | None = None,
+) -> Edited:
     """Replace the message of row `key` with `msg`, if the row's bytes still have
     ETag `expected` (`etag_matches`): in one transaction the row is read locked, its original
     archived as `edited` (by `actor`) and the new value written under the same
     key, due now (an edit that changes nothing writes nothing).
 
-    Raises `EditConflict` when the row is gone or changed; `EditRefused` when the
+    `held` says whether a handler has the message in hand now (`drain.holding`,
+    asked with the row locked): on SQLite, where a drain holds no row lock while its
+    handler runs, such a row is a conflict, as the servers' locks make it.
+
+    Raises `EditConflict` when the row is gone, changed or held; `EditRefused` when the
     queue is not editable, `msg` changes a kept key, or its value cannot be
     stored as Go writes it; `QueueingError` when the database fails. Nothing is
     written in any of these cases.
@@ -204,6 +215,11 @@ def edit_msg(key: bytes, msg: Message, *, expected: str, actor: str) -> Edited:
     try:
         with transaction.atomic(using=connection.alias):
             old_value = _locked_value(key)
+            if held is not None and held(key):
+                raise EditConflict(
+                    "a drain's handler holds the message right now; nothing was saved: "
+                    "try again in a moment"
+                )
             if not etag_matches(key, old_value, expected):
                 raise EditConflict(
                     "the message changed since the form was opened (another edit, a retry "

@@ -1,8 +1,10 @@
 """An operator's edit made while a real drain process's handler holds the message:
-never lost. A server refuses it (the claim's row lock); where it is saved, the
-drain's settlement leaves the edited row as it is (compare-and-write on the key
-and the value handed over) with a note in its History, whatever the handler did,
-and the edited message is what the next pass hands over."""
+refused on every database (a server's claim holds the row locked; on SQLite the
+drain's handler journal says the key is in hand), and never lost: an edit that
+comes through anyway (a Python caller that does not ask the journal, a gap before
+the handler starts) is left as it is by the drain's settlement (compare-and-write
+on the key and the value handed over) with a note in its History, whatever the
+handler did, and the edited message is what the next pass hands over."""
 
 from __future__ import annotations
 
@@ -12,7 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.contrib.auth.models import User
 from django.db import connection
+from rest_framework.test import APIClient
 
 from deadletter.models import ArchivedMessage
 from deadletter.queue import edits, history
@@ -111,3 +115,23 @@ def test_a_failure_never_writes_the_original_back_over_an_edit(
     else:
         assert (msg.subject, msg.extra["Attempts"]) == ("broken", 1)
         assert "downstream is down" in msg.extra["LastError"]
+
+
+def test_an_edit_is_refused_while_a_drain_handler_holds_the_message(
+    subprocess_env: dict[str, str], tmp_path: Path
+) -> None:
+    (key,) = park("broken")
+    api = APIClient()
+    api.force_login(User.objects.create_superuser("root"))
+    url = f"/api/deadletter/messages/{key.hex()}/"
+    etag = api.get(url)["ETag"]
+    drain = Drain.gated(subprocess_env, tmp_path, "--format", "json")
+    drain.wait_for(lambda: drain.in_hand.exists() and drain.in_hand.read_text())
+    refused = api.patch(url, {"subject": "fixed"}, format="json", HTTP_IF_MATCH=etag)
+    assert refused.status_code == 412, refused.json()
+    assert "holds the message" in refused.json()["detail"]
+    drain.gate.touch()
+    assert drain.wait() == 0, drain.output()
+    assert recorded(drain.record) == ["broken:-"]
+    assert table_rows() == []
+    assert not ArchivedMessage.objects.exists()
