@@ -65,7 +65,7 @@ def _wal_hint(alias: str) -> str:
         "process, but the last ones committed may be lost to an operating-system crash "
         f"or a power loss). Where every park must survive those too, set {options} = "
         f"{SQLITE_DURABLE_OPTIONS}: each commit then waits for the disk's sync (measured: "
-        "200 to 520 parks a second one at a time, 14,000 to 28,000 a second parked in "
+        "200 to 570 parks a second one at a time, 6,000 to 28,000 a second parked in "
         "lists of 100 with store_failed_msgs(queue, [messages])). See docs/durability.md."
     )
 
