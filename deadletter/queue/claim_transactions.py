@@ -219,13 +219,23 @@ def handler_transaction(connection: BaseDatabaseWrapper) -> Iterator[None]:
         block.__exit__(None, None, None)
         failed = connection.needs_rollback
     finally:
-        _end(connection, commit=not failed)
+        _end(connection, commit=not failed, begun=begun)
 
 
-def _end(connection: BaseDatabaseWrapper, *, commit: bool) -> None:
+def _end(connection: BaseDatabaseWrapper, *, commit: bool, begun: bool) -> None:
     """End a handler's transaction and go back to autocommit, which runs the
-    `on_commit` callbacks of a commit; a connection that cannot is closed."""
+    `on_commit` callbacks of a commit; a connection that cannot is closed. One
+    never begun (the handler wrote nothing) has nothing to commit or roll back:
+    only its callbacks are run or dropped."""
     try:
+        if not begun:
+            connection.needs_rollback = False
+            if not commit:
+                connection.run_on_commit = []
+            connection.set_autocommit(True)
+            if commit and connection.run_on_commit:
+                connection.run_and_clear_commit_hooks()
+            return
         if commit:
             connection.commit()
         else:

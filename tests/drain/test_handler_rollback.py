@@ -42,12 +42,20 @@ def reading_handler(msg: Message) -> None:
         seen.append(connection.connection.in_transaction)
 
 
+def hooking_handler(msg: Message) -> None:
+    """Asks for a callback once its work commits, writing nothing; raises if asked."""
+    transaction.on_commit(lambda: seen.append(f"committed {msg.subject}"))
+    if error := behaviour.get("raise"):
+        raise error
+
+
 @pytest.fixture(autouse=True)
 def handlers(settings: Any) -> Iterator[None]:
     settings.DEADLETTER_HANDLERS = {
         "q": "tests.drain.test_handler_rollback.writing_handler",
         "marks": "tests.drain.test_handler_rollback.marking_handler",
         "reads": "tests.drain.test_handler_rollback.reading_handler",
+        "hooks": "tests.drain.test_handler_rollback.hooking_handler",
     }
     behaviour.clear()
     seen.clear()
@@ -91,3 +99,16 @@ def test_a_handler_that_only_reads_opens_no_transaction_on_sqlite() -> None:
     expected = [[], False] if connection.vendor == "sqlite" else [[]]
     assert seen == expected
     assert connection.get_autocommit()
+
+
+def test_a_delivering_handlers_commit_hook_runs() -> None:
+    park("one", queue="hooks")
+    assert Drainer(["hooks"]).run().delivered == 1
+    assert seen == ["committed one"]
+
+
+def test_a_failing_handlers_commit_hook_is_dropped() -> None:
+    behaviour["raise"] = ConnectionError("endpoint down")
+    park("one", queue="hooks")
+    assert Drainer(["hooks"]).run().failed == 1
+    assert seen == []
