@@ -152,11 +152,17 @@ class Scope:
         covering, exact = self._both(_checked(action))
         return covering == exact
 
-    def spans(self, action: str = "view") -> Spans | None:
+    def spans(
+        self, action: str = "view", *, after: bytes | None = None, before: bytes | None = None
+    ) -> Spans | None:
         """The key ranges a page or a search of the user's walks in turn (`Spans`),
-        or None for an unrestricted scope (`search.keys_page(spans=...)`)."""
+        or None for an unrestricted scope (`search.keys_page(spans=...)`). `after` /
+        `before`: the page's cursor key, where the walk of a pattern's queues starts
+        (the queue holding it included)."""
         _checked(action)
-        return None if self.unrestricted else Spans(self, action)
+        if self.unrestricted:
+            return None
+        return Spans(self, action, after=after, before=before)
 
     def granted_names(
         self,
@@ -219,11 +225,26 @@ class Spans(Sequence[_Interval]):
     from another in them: a search walks `covering` and keeps what `keeps` keeps.
     Indexing or `len()` walks every name once (for code that wants a list)."""
 
-    __slots__ = ("_exact", "_listed", "action", "covering", "exact", "scope")
+    __slots__ = ("_exact", "_listed", "_start", "action", "covering", "exact", "scope")
 
-    def __init__(self, scope: Scope, action: str = "view") -> None:
+    def __init__(
+        self,
+        scope: Scope,
+        action: str = "view",
+        *,
+        after: bytes | None = None,
+        before: bytes | None = None,
+    ) -> None:
         self.scope = scope
         self.action = action
+        # Where the walk starts: the queue of the cursor key, which may hold more rows.
+        self._start = (
+            (keys.prefix_of(after), False)
+            if after is not None
+            else (keys.prefix_of(before) + b"\x01", True)
+            if before is not None
+            else None
+        )
         self.covering, self._exact = scope._both(action)
         self.exact = self.covering == self._exact
         self._listed: list[_Interval] | None = None
@@ -256,7 +277,11 @@ class Spans(Sequence[_Interval]):
         return self.walk(descending=True)
 
     def walk(self, *, descending: bool = False) -> Iterator[_Interval]:
-        for low, high in reversed(self.covering) if descending else self.covering:
+        """The exact ranges in key order (descending: reversed), from the cursor's
+        queue when one was given for this direction."""
+        start = self._start
+        bound = start[0] if start is not None and start[1] == descending else None
+        for low, high in _clipped(self.covering, bound, descending):
             if self.exact or _inside(low, high, self._exact):
                 yield low, high
                 continue

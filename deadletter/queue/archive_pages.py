@@ -50,7 +50,7 @@ SEARCH_SECONDS = 1.0
 """A search decodes entries for at most this long a page, within `WINDOW`."""
 MERGED_QUEUES = 50
 """Granted queues a restricted page merges at most: a seek or two each a page."""
-WALKED_QUEUES = 200
+WALKED_QUEUES = 2 * MERGED_QUEUES
 """Queues with entries a restricted page looks at, at most, to find the granted ones
 among those of a pattern's prefix (`*-billing`: every queue): past that the
 database filters the archive's time index by the scope instead."""
