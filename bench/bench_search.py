@@ -73,6 +73,40 @@ def fill(total: int) -> None:
             batch.clear()
 
 
+def build_index() -> int:
+    """The postings and causes `search.index_pending` would write, in bulk: the set-up
+    of what is measured, not the indexer's own rate (bench_admin prints that)."""
+    from django.db import connection, transaction
+
+    from deadletter.models import SearchTerm
+    from deadletter.queue.search.index import cause_of
+    from deadletter.queue.search.words import terms_of
+    from deadletter.store import sql
+    from deadletter.wire import codec
+
+    select = sql.statement(
+        connection, "SELECT {key}, value FROM {table} WHERE {key} > %s ORDER BY {key} LIMIT 5000"
+    )
+    clear = sql.statement(
+        connection,
+        "UPDATE {table} SET search_pending = NULL, signature = COALESCE(signature, %s) "
+        "WHERE {key} = %s",
+    )
+    after, done = b"", 0
+    while rows := sql.read(connection, select, (after,)):
+        postings, settled = [], []
+        for raw_key, value in rows:
+            key = bytes(raw_key)
+            msgs = codec.decode(bytes(value))
+            postings.extend((key, term) for term in terms_of(msgs))
+            settled.append((cause_of(key, msgs), key))
+        with transaction.atomic(), connection.cursor() as cursor:
+            sql.insert_new(connection, cursor, SearchTerm._meta.db_table, ("key", "term"), postings)
+            cursor.executemany(clear, settled)
+        after, done = bytes(rows[-1][0]), done + len(rows)
+    return done
+
+
 def timed(text: str) -> tuple[float, str]:
     from deadletter.queue import search
 
@@ -101,9 +135,9 @@ def main() -> None:
     took = time.perf_counter() - started
     print(f"bench_search on {vendor}: filled {ROWS:,} rows in {took:.1f} s")
     started = time.perf_counter()
-    indexed = search.index_pending()
+    indexed = build_index()
     took = time.perf_counter() - started
-    print(f"indexed {indexed:,} rows in {took:.1f} s ({indexed / took:,.0f} rows/s)")
+    print(f"indexed {indexed:,} rows in bulk in {took:.1f} s (the postings the indexer writes)")
     if vendor == "postgresql":
         with connection.cursor() as cursor:
             cursor.execute("ANALYZE")

@@ -366,3 +366,11 @@ def test_a_page_that_would_read_too_much_is_refused_not_answered_late(monkeypatc
     assert keys_page(parse("tried attempts:>3"), queue="q", size=10) == ([tried], False)
     # A command reads without a bound.
     assert found("attempts:>3") == [tried]
+
+
+def test_a_page_stops_at_its_time_too(monkeypatch: Any) -> None:
+    monkeypatch.setattr(lookup, "MAX_SECONDS", 0.0)
+    (key,) = park("m")
+    with pytest.raises(lookup.SearchTooCostly, match=r"for at most 0 s"):
+        keys_page(parse("m"), queue="q", size=10)
+    assert found("m") == [key]  # a command's search has no time bound

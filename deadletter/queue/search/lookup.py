@@ -18,9 +18,9 @@ candidates of the same window, so a row the indexer clears meanwhile is never
 missed, and one found both ways is yielded once.
 
 A request reads at most `budget` candidates (postings walked and pending rows
-checked, `MAX_CANDIDATES` for a page): past that, before the answer is complete,
-it stops with `SearchTooCostly` instead of answering late or wrongly. Commands
-and redrives read without a bound.
+checked, `MAX_CANDIDATES` for a page), for at most `MAX_SECONDS`: past either,
+before the answer is complete, it stops with `SearchTooCostly` instead of
+answering late or wrongly. Commands and redrives read without a bound.
 
 A search kept to some key ranges (`spans`: a user's granted queues,
 `queue.access.Scope.spans`) walks each range in turn, the pending rows, the
@@ -31,6 +31,7 @@ ranges however many matches other queues hold.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -47,6 +48,7 @@ from deadletter.wire.messages import Message
 
 __all__ = [
     "MAX_CANDIDATES",
+    "MAX_SECONDS",
     "SearchTooCostly",
     "count_matching",
     "iter_matching",
@@ -67,6 +69,9 @@ _SEEKS = 2
 # What one page (or one admin action) may read before it gives up: each candidate
 # is decoded and checked, 10 to 90 us (docs/search.md has the figures).
 MAX_CANDIDATES = 5_000
+# And for at most this long, on a loaded machine (a candidate took up to 260 us on
+# one running eight test suites at once).
+MAX_SECONDS = 0.7
 
 Bounds = tuple[bytes, bytes | None]
 
@@ -76,22 +81,26 @@ class SearchTooCostly(SearchError):
 
 
 class _Budget:
-    """The candidates a request has left to read; None: no bound."""
+    """The candidates a request has left to read, and until when; None: no bound."""
 
     def __init__(self, limit: int | None) -> None:
         self.limit = limit
         self.left = limit
+        # A page's time, and as much more as a larger bound (an admin action) reads.
+        self.seconds = 0.0 if limit is None else MAX_SECONDS * max(1.0, limit / MAX_CANDIDATES)
+        self.until = None if limit is None else time.monotonic() + self.seconds
 
     def take(self, wanted: int) -> int:
         """How many of `wanted` candidates the next read may take (at least 1);
-        `SearchTooCostly` once none are left."""
-        if self.left is None:
+        `SearchTooCostly` once none are left or the time is spent."""
+        if self.left is None or self.limit is None:
             return wanted
-        if self.left <= 0:
+        if self.left <= 0 or (self.until is not None and time.monotonic() >= self.until):
             raise SearchTooCostly(
-                f"the search read {self.limit:,} messages without reaching the end of its "
-                "answer: narrow it (a queue, a rarer word, a phrase, key:, cause:, after:), "
-                "or run deadletter_dump --search, which has no such bound"
+                f"the search read {self.limit - self.left:,} messages without reaching the "
+                f"end of its answer (it may read {self.limit:,}, for at most "
+                f"{self.seconds:g} s): narrow it (a queue, a rarer word, a phrase, key:, "
+                "cause:, after:), or run deadletter_dump --search, which has no such bound"
             )
         return min(wanted, self.left)
 
