@@ -239,9 +239,11 @@ class QueuedMessageAdmin(admin.ModelAdmin):
     # -- actions
 
     @admin.action(description="Retry selected messages now", permissions=["drain"])
-    def retry_now(self, request: HttpRequest, queryset: QuerySet[QueuedMessage]) -> None:
+    def retry_now(
+        self, request: HttpRequest, queryset: QuerySet[QueuedMessage]
+    ) -> TemplateResponse | None:
         """Hand the selected rows to their handlers (`retries.retry_selected`)."""
-        retries.retry_selected(self, request, queryset)
+        return retries.retry_selected(self, request, queryset)
 
     @admin.action(description="Delete selected queued messages", permissions=["delete"])
     def delete_selected(
@@ -265,22 +267,23 @@ class QueuedMessageAdmin(admin.ModelAdmin):
             )
             return None
         select_across = request.POST.get("select_across") == "1"
-        sample = list(queryset.order_by("key")[:20])
-        chosen = request.POST.getlist(helpers.ACTION_CHECKBOX_NAME)
+        found = bulk.confirmation(queryset, select_across=select_across)
+        if found.empty:
+            self.message_user(request, "Nothing to delete.", messages.WARNING)
+            return None
         queue = request.GET.get(QueueFilter.parameter_name) or None
+        scope = access.scope(request)
         fate = archive.fate(
-            ([queue] if queue else None) if select_across else _queues_of(chosen),
-            one=not select_across and len(chosen) == 1,
+            ([queue] if queue else None) if select_across else found.queues,
+            one=found.chosen == 1,
+            scope=None if scope.unrestricted else scope,
         )
         context = {
             **self.admin_site.each_context(request),
             "title": "Are you sure?",
             "opts": self.opts,
-            "sample": sample,
-            "select_across": select_across,
+            "found": found,
             "selected": request.POST.getlist(helpers.ACTION_CHECKBOX_NAME),
-            "chosen": len(request.POST.getlist(helpers.ACTION_CHECKBOX_NAME)),
-            "matching": bulk.matching(queryset) if select_across else None,
             "fate": fate,
             "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
             "form_url": request.get_full_path(),

@@ -31,7 +31,7 @@ from django.utils.http import urlencode
 from django.utils.safestring import SafeString
 
 from deadletter import drain
-from deadletter.admin import archive_changelist, rows, timeline
+from deadletter.admin import archive_changelist, bulk, rows, timeline
 from deadletter.admin.access import posted, within
 from deadletter.admin.access import scope as scope_of
 from deadletter.admin.archive_changelist import ArchiveChangeList
@@ -39,6 +39,7 @@ from deadletter.admin.bulk import CHUNK
 from deadletter.conf import conf
 from deadletter.models import ArchivedMessage, HexKey, QueuedMessage
 from deadletter.queue import archive, limits
+from deadletter.queue.access import Scope
 from deadletter.wire import keys
 
 VIEW = "deadletter.view_archivedmessage"
@@ -72,11 +73,12 @@ def kept_for(kept: timedelta | None) -> str | None:
     return None if kept == limits.ARCHIVE_OFF else f"for {rows.duration(kept)}"
 
 
-def fate(queues: Iterable[str] | None, *, one: bool = False) -> str:
-    """What deleting messages of `queues` (None: of any queue) does to them, for a
-    confirmation page: each queue's `archive_for`, or deleted for good where the
-    archive is off."""
-    named = sorted(set(queues)) if queues is not None else sorted(_queues_with_own_retention())
+def fate(queues: Iterable[str] | None, *, one: bool = False, scope: Scope | None = None) -> str:
+    """What deleting messages of `queues` (None: of any queue, of those `scope` may
+    view when given) does to them, for a confirmation page: each queue's
+    `archive_for`, or deleted for good where the archive is off."""
+    own = [n for n in _queues_with_own_retention() if scope is None or scope.allows(n)]
+    named = sorted(set(queues)) if queues is not None else sorted(own)
     groups: dict[str | None, list[str]] = {}
     for name in named:
         groups.setdefault(kept_for(limits.archive_for(name)), []).append(name)
@@ -363,14 +365,18 @@ class ArchivedMessageAdmin(admin.ModelAdmin):
                 text += " Stopped after the time budget: select the rest again to go on."
             self.message_user(request, text, messages.WARNING if left else messages.SUCCESS)
             return None
+        across = request.POST.get("select_across") == "1"
+        sample = list(queryset[: bulk.SAMPLE])
+        if not sample:
+            self.message_user(request, "Nothing to delete.", messages.WARNING)
+            return None
+        chosen = 0 if across else queryset.order_by().count()  # posted ids: a page's
         context = {
             **self.admin_site.each_context(request),
             "title": "Are you sure?",
             "opts": self.opts,
-            "sample": list(queryset[:20]),
-            "select_across": request.POST.get("select_across") == "1",
+            "found": bulk.Confirmation(across, chosen, None, sample, []),
             "selected": request.POST.getlist(helpers.ACTION_CHECKBOX_NAME),
-            "chosen": len(request.POST.getlist(helpers.ACTION_CHECKBOX_NAME)),
             "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
             "form_url": request.get_full_path(),
         }

@@ -11,6 +11,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 from django.db import DatabaseError
 from django.db.models import QuerySet
@@ -19,6 +20,7 @@ from deadletter import drain
 from deadletter.conf import conf
 from deadletter.models import QueuedMessage
 from deadletter.queue import archive
+from deadletter.wire import keys
 
 CHUNK = 500
 # `Progress.stopped_by` when a chunk failed in the database (nothing of it changed).
@@ -60,6 +62,44 @@ def matching(queryset: QuerySet[QueuedMessage]) -> Matching:
     says it deletes, and what a bounded run says it left."""
     found = queryset.order_by().values_list("key", flat=True)[: LEFT_CAP + 1].count()
     return Matching(min(found, LEFT_CAP), found > LEFT_CAP)
+
+
+SAMPLE = 20
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Confirmation:
+    """What a bulk action's confirmation page says it will act on, every figure read
+    off the selection as the user's rules leave it: the rows posted (`chosen`) or,
+    for "all matching", `matching`; the first `SAMPLE` rows; their queues."""
+
+    select_across: bool
+    chosen: int
+    matching: Matching | None
+    sample: list[Any]
+    queues: list[str]
+
+    @property
+    def more(self) -> int:
+        """How many chosen rows the sample leaves out (never below 0)."""
+        return max(0, self.chosen - len(self.sample))
+
+    @property
+    def empty(self) -> bool:
+        return not self.sample
+
+
+def confirmation(queryset: QuerySet[QueuedMessage], *, select_across: bool) -> Confirmation:
+    """The figures of a confirmation page for `queryset` (already kept to the user's
+    queues): posted rows are few (a page's), so they are read whole; "all matching"
+    is counted up to `LEFT_CAP`."""
+    sample = list(queryset.order_by("key")[:SAMPLE])
+    if select_across:
+        found = matching(queryset)
+        return Confirmation(True, found.rows, found, sample, [])
+    chosen = [bytes(k) for k in queryset.order_by("key").values_list("key", flat=True)]
+    queues = sorted({keys.queue_of(k) for k in chosen})
+    return Confirmation(False, len(chosen), None, sample, queues)
 
 
 def key_chunks(queryset: QuerySet[QueuedMessage], size: int = CHUNK) -> Iterator[list[bytes]]:

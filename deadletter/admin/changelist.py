@@ -12,7 +12,7 @@ CSS are written against; each row is decoded once for all its columns
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Reversible
 from typing import Any, TypedDict
 
 from django.contrib import admin, messages
@@ -103,6 +103,8 @@ class QueueFilter(admin.SimpleListFilter):
             low, high = keys.queue_bounds(name)
         except ValueError:
             return queryset.none()
+        if not access.scope_of(request.user).allows(name):
+            return queryset.none()  # not a scan of its rows, each refused by the scope
         return queryset.filter(key__gte=low, key__lt=high)
 
 
@@ -149,7 +151,7 @@ def granted_signatures(scope: access.Scope, limit: int) -> list[str]:
 
 def by_span(
     queryset: QuerySet[QueuedMessage],
-    spans: list[tuple[bytes, bytes | None]] | None,
+    spans: Reversible[tuple[bytes, bytes | None]] | None,
     limit: int,
     *,
     after: bytes | None = None,
@@ -200,7 +202,10 @@ class KeysetChangeList(ChangeList):
     def __init__(self, request: HttpRequest, *args: Any, **kwargs: Any) -> None:
         self.after_key = _key_param(request, AFTER)
         self.before_key = _key_param(request, BEFORE)
-        self.spans = access.scope_of(request.user).spans()
+        # One queue's page is its one key range (the scope judged the queue whole).
+        chosen = request.GET.get(QueueFilter.parameter_name)
+        scope = access.scope_of(request.user)
+        self.spans = None if chosen else scope.spans(after=self.after_key, before=self.before_key)
         self.next_url: str | None = None
         self.previous_url: str | None = None
         self.search_query: search.Query | None = None
@@ -264,3 +269,16 @@ class KeysetChangeList(ChangeList):
         self.can_show_all = False
         self.multi_page = has_next or has_previous
         self.paginator = None
+        self.found_text = found_text(len(rows), has_next=has_next, has_previous=has_previous)
+
+
+def found_text(shown: int, *, has_next: bool, has_previous: bool) -> str:
+    """What a filtered or searched page says it found: only what it counted. Pages are
+    never counted, so "more than N" when another page follows, "N on this page" after
+    earlier pages, the exact figure when the page holds every match."""
+    noun = f"result{'s' if shown != 1 else ''}"
+    if has_next:
+        return f"more than {shown:,} {noun}"
+    if has_previous:
+        return f"{shown:,} {noun} on this page"
+    return f"{shown:,} {noun}"

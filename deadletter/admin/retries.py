@@ -10,10 +10,12 @@ from collections.abc import Callable
 from typing import Any
 
 from django.contrib import admin, messages
+from django.contrib.admin import helpers
 from django.contrib.admin.templatetags.admin_urls import add_preserved_filters
 from django.contrib.admin.utils import unquote
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.translation import gettext as _
 
@@ -73,11 +75,14 @@ def retry_selected(
     model_admin: admin.ModelAdmin[QueuedMessage],
     request: HttpRequest,
     queryset: QuerySet[QueuedMessage],
-) -> None:
+) -> TemplateResponse | None:
     """Hand the selected rows to their handlers with a drain's rules (at least
     once; a drain running on the same SQLite queue makes this refuse), a
-    chunk at a time until the admin's time budget is spent."""
+    chunk at a time until the admin's time budget is spent. "All matching" (more
+    than a page of rows) asks first, as Delete does, saying how many."""
     queryset = access.within(model_admin, request, queryset, "retry", chosen=access.posted(request))
+    if request.POST.get("select_across") == "1" and request.POST.get("post") != "yes":
+        return confirm_all(model_admin, request, queryset)
     try:
         progress = bulk.retry(
             queryset,
@@ -86,7 +91,7 @@ def retry_selected(
         )
     except (drain.DrainConfigError, drain.DrainLocked) as exc:
         model_admin.message_user(request, str(exc), messages.ERROR)
-        return
+        return None
     report = progress.report or drain.DrainReport(queues=[])
     text = retried_text(report)
     level = retried_level(report)
@@ -98,6 +103,33 @@ def retry_selected(
         )
         level = messages.WARNING
     model_admin.message_user(request, text, level)
+    return None
+
+
+def confirm_all(
+    model_admin: admin.ModelAdmin[QueuedMessage],
+    request: HttpRequest,
+    queryset: QuerySet[QueuedMessage],
+) -> TemplateResponse | None:
+    """The confirmation of a retry of every matching row: how many (counted up to
+    `bulk.LEFT_CAP`) and the first of them; nothing to confirm when none matches."""
+    found = bulk.confirmation(queryset, select_across=True)
+    if found.empty:
+        model_admin.message_user(request, "Nothing to retry.", messages.WARNING)
+        return None
+    context = {
+        **model_admin.admin_site.each_context(request),
+        "title": "Are you sure?",
+        "opts": model_admin.opts,
+        "found": found,
+        "action": "retry_now",
+        "selected": request.POST.getlist(helpers.ACTION_CHECKBOX_NAME),
+        "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+        "form_url": request.get_full_path(),
+    }
+    return TemplateResponse(
+        request, "admin/deadletter/queuedmessage/retry_selected_confirmation.html", context
+    )
 
 
 def outcome_logger(

@@ -310,10 +310,10 @@ def text_html(text: str) -> SafeString | str:
 
 def key_label(name: str) -> SafeString | str:
     """An extra key's label (`reports.labels`) with its name, which search and
-    the API use; a key no one labels is the site's own."""
+    the API use; a key no one labels is the site's own, labelled by its name."""
     label = labels.label_of(name)
     if label is None:
-        return f"{name} (unknown key)"
+        return format_html('<code class="dl-key-name">{}</code>', name)
     return format_html('{} <code class="dl-key-name">{}</code>', label, name)
 
 

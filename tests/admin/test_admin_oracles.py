@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter, deque
+from datetime import timedelta
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
@@ -18,9 +19,10 @@ from django.test import Client
 
 from deadletter.drain import Drainer, DrainOptions
 from deadletter.drain.redrives import plan_redrive
-from deadletter.models import QueueAccess
+from deadletter.models import ArchivedMessage, Cause, QueueAccess, QueuedMessage, Redrive
 from deadletter.queue import store_failed_msgs
 from deadletter.queue.archive import discard
+from deadletter.wire import keys
 from deadletter.wire.messages import Message
 from tests.admin.test_admin import CHANGELIST, Page, page_keys
 
@@ -49,6 +51,7 @@ def site(settings: Any) -> None:
         },
         "payroll.runs": {
             "handler": "tests.factories.failing_handler",
+            "archive_for": timedelta(days=3),
             "alerts": {"depth": 1, "channels": [channel]},
         },
     }
@@ -218,3 +221,39 @@ def test_no_api_list_shows_another_teams_queue_or_a_secret(parked: None, billing
             body = response.json() if is_json else {}
             url = body.get("next") if isinstance(body, dict) else None
     assert len(read) >= len(lists)
+
+
+def object_pages(message: str, entry: int, cause: int, redrive: int) -> list[str]:
+    """Each admin page an object has, for a message key (hex) and the others' ids."""
+    pages = [f"{CHANGELIST}{message}/{p}/" for p in ("change", "history", "delete", "edit")]
+    for model, pk in (("archivedmessage", entry), ("cause", cause), ("redrive", redrive)):
+        pages += [f"/admin/deadletter/{model}/{pk}/{p}/" for p in ("change", "history", "delete")]
+    return pages
+
+
+def hidden_pages() -> list[str]:
+    """The pages of the payroll queue's own objects: a message, an archived one, a
+    cause, a redrive."""
+    low, high = keys.queue_bounds("payroll.runs")
+    message = QueuedMessage.objects.filter(key__gte=low, key__lt=high).first()
+    entry = ArchivedMessage.objects.filter(queue="payroll.runs").first()
+    cause = Cause.objects.filter(queue="payroll.runs").first()
+    redrive = Redrive.objects.filter(queue="payroll.runs").first()
+    assert message and entry and cause and redrive
+    return object_pages(message.key_hex, entry.pk, cause.pk, redrive.pk)
+
+
+def answer(client: Client, url: str) -> tuple[int, str]:
+    response = client.get(url)
+    return response.status_code, response.get("Location", "")
+
+
+def test_another_teams_objects_answer_as_objects_that_do_not_exist(
+    parked: None, billing: Client
+) -> None:
+    """Each page of a payroll object answers as the same page of an object that
+    does not exist (status and redirect): nothing says it exists, nor shows it."""
+    absent = object_pages(keys.make_key("payroll.runs", 1, 1).hex(), 10**9, 10**9, 10**9)
+    hidden = hidden_pages()
+    assert [answer(billing, url) for url in hidden] == [answer(billing, url) for url in absent]
+    assert [url for url in hidden if leaks(billing.get(url, follow=True).content.decode())] == []
