@@ -116,8 +116,8 @@ def restored_text(entry_queue: str, restored: archive.Restored) -> str:
         )
     if restored.replaced:
         return (
-            f"Restored to queue {entry_queue} under its own key in place of the edited copy, "
-            "which is now in the archive (reason edited)."
+            f"Restored to queue {entry_queue} under its own key in place of another copy of this "
+            "message, which is now in the archive (reason edited)."
         )
     return f"Restored to queue {entry_queue} under its own key, in its place in the order."
 

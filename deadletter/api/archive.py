@@ -191,8 +191,8 @@ class ArchiveQuerySerializer(serializers.Serializer):
 
 class RestoredSerializer(serializers.Serializer):
     """Where a restore put the message: its live key, `moved` when that is a fresh
-    key at the queue's tail (its own was taken again), `replaced` when an edit's
-    original took its key back from the edited copy (now in the archive)."""
+    key at the queue's tail (its own was taken again), `replaced` when it took its
+    key back from another copy of the same message (now in the archive as edited)."""
 
     key = serializers.CharField()
     queue = serializers.CharField()
