@@ -28,7 +28,7 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 
 from deadletter.conf import conf
-from deadletter.drain import holding
+from deadletter.drain import inflight
 from deadletter.models import QueuedMessage
 from deadletter.queue import browse, edits, limits, redaction
 from deadletter.wire import jsonvalues, keys
@@ -394,7 +394,7 @@ def _save(
             form.message(),
             expected=etag,
             actor=request.user.get_username(),
-            held=holding.in_hand,
+            held=inflight.in_hand,
         )
     except edits.EditRefused as exc:
         form.refused(exc)

@@ -18,7 +18,7 @@ from rest_framework.response import Response
 
 from deadletter.api.fields import ExtraField, Int64Field, TextField, TimeField, format_time
 from deadletter.api.serializers import ErrorSerializer, RowSerializer, viewer
-from deadletter.drain import holding
+from deadletter.drain import inflight
 from deadletter.queue import edits, limits, redaction
 from deadletter.wire import jsonvalues, keys
 from deadletter.wire.gotime import GoOnlyTime, GoTime
@@ -170,7 +170,7 @@ def patch(request: Request, key: bytes) -> Response:
             edited(msg, dict(given.validated_data)),
             expected=etag,
             actor=_actor(request),
-            held=holding.in_hand,
+            held=inflight.in_hand,
         )
     except edits.EditRefused as exc:
         raise exceptions.ValidationError({exc.field or "non_field_errors": [str(exc)]}) from None
