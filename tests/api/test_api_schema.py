@@ -152,7 +152,15 @@ def test_the_schema_documents_a_messages_attempts_history(api) -> None:
     for ref in [*outcome.get("allOf", []), outcome]:
         if "$ref" in ref:
             outcome = schema["components"]["schemas"][ref["$ref"].rsplit("/", 1)[1]]
-    assert outcome["enum"] == ["failed", "timeout", "held", "permanent", "max_attempts", "killed"]
+    assert outcome["enum"] == [
+        "failed",
+        "timeout",
+        "held",
+        "permanent",
+        "max_attempts",
+        "killed",
+        "changed",
+    ]
 
 
 # --- what the schema admits is what the API accepts (issue 44, point 11) ---------------
