@@ -78,7 +78,7 @@ def drain_via(relay: Relay, env: dict[str, str], tmp: Path, *, outage_limit: flo
     module = settings_module(tmp, f"DEADLETTER_DATABASE_OUTAGE_LIMIT = {outage_limit!r}")
     url = re.sub(r"@[^/]+/", f"@127.0.0.1:{relay.port}/", env["DATABASE_URL"], count=1)
     env = {**env, "DATABASE_URL": url}
-    return Drain(env, tmp, "--forever", "--interval", "0.1", DJANGO_SETTINGS_MODULE=module)
+    return Drain(env, tmp, "--forever", "--interval", "1", DJANGO_SETTINGS_MODULE=module)
 
 
 @pytest.mark.slow
@@ -93,7 +93,7 @@ def test_the_service_delivers_what_is_parked_after_its_sessions_are_killed(
 ) -> None:
     park("before")
     module = settings_module(tmp_path, f"DATABASES['default']['CONN_MAX_AGE'] = {conn_max_age}")
-    args = ("--forever", "--interval", "0.1", "--workers", str(workers))
+    args = ("--forever", "--interval", "1", "--workers", str(workers))
     with ended(Drain(subprocess_env, tmp_path, *args, DJANGO_SETTINGS_MODULE=module)) as service:
         service.wait_for(lambda: "before:-" in recorded(service.record))
         killed = 0

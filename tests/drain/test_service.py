@@ -90,7 +90,7 @@ def test_the_service_delivers_what_is_parked_while_it_runs_and_exits_0_on_sigter
         pytest.skip("--workers needs PostgreSQL or MySQL/MariaDB")
     park("first")
     service = Drain(
-        subprocess_env, tmp_path, "--forever", "--interval", "0.1", "--workers", str(workers)
+        subprocess_env, tmp_path, "--forever", "--interval", "1", "--workers", str(workers)
     )
     service.wait_for(lambda: recorded(service.record) == ["first:-"])
     park("second")

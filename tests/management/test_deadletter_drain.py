@@ -512,7 +512,7 @@ def _service_without_logging(env: dict[str, str], tmp: Path) -> Drain:
         "DEADLETTER_HANDLERS = {'q': 'tests.factories.ok_handler'}\n"
     )
     return Drain(
-        env, tmp, "--forever", "--interval", "0.05", DJANGO_SETTINGS_MODULE="no_logging_settings"
+        env, tmp, "--forever", "--interval", "1", DJANGO_SETTINGS_MODULE="no_logging_settings"
     )
 
 
@@ -561,7 +561,7 @@ def test_a_thread_a_handler_leaked_does_not_keep_the_service_past_the_grace(
         tmp_path,
         "--forever",
         "--interval",
-        "0.05",
+        "1",
         "--grace",
         "1",
         handler="tests.management.handlers.leaking_handler",

@@ -75,6 +75,20 @@ def seconds(text: str) -> float:
     return value
 
 
+MIN_INTERVAL = 1.0
+"""The shortest `--interval`: a service with none would spin on the database."""
+
+
+def interval(text: str) -> float:
+    """argparse `type=`: `--interval` seconds, at least `MIN_INTERVAL`."""
+    value = seconds(text)
+    if value < MIN_INTERVAL:
+        raise argparse.ArgumentTypeError(
+            f"must be at least {MIN_INTERVAL:g} second between passes, got {text!r}"
+        )
+    return value
+
+
 def rate(text: str) -> float:
     """`N/s` (also `N`, `N/m`, `N/h`) as deliveries per second."""
     match = _RATE.match(text)
@@ -160,7 +174,7 @@ class Command(DatabaseCommand):
         )
         parser.add_argument(
             "--interval",
-            type=seconds,
+            type=interval,
             default=None,
             metavar="SECONDS",
             help=f"With --forever, the pause between passes (default {DEFAULT_INTERVAL:g}).",
