@@ -228,17 +228,17 @@ def granted_page(scope: access.Scope, after: str | None, before: str | None) -> 
 
 
 def granted_totals(scope: access.Scope, now: datetime) -> overview.OverviewTotals:
-    """The totals over the queues `scope` may view: two counts of their key ranges,
+    """The totals over the queues `scope` may view: two counts of their key ranges
+    (`Scope.count`: a pattern's matched queues in turn, never a test of every row),
     capped as the overview's are."""
-    rows = QueuedMessage.objects.using(conf.DATABASE).filter(scope.queue_q("view")).order_by()
+    rows = QueuedMessage.objects.using(conf.DATABASE).order_by()
     cap = overview.COUNT_CAP
 
     def capped(found: int) -> overview.Count:
         return overview.Count(min(found, cap), found > cap)
 
     return overview.OverviewTotals(
-        capped(rows.values("key")[: cap + 1].count()),
-        capped(rows.filter(due_at__gt=now).values("key")[: cap + 1].count()),
+        capped(scope.count(rows, cap)), capped(scope.count(rows.filter(due_at__gt=now), cap))
     )
 
 
