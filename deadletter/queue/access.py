@@ -41,8 +41,10 @@ RESOLVE_LIMIT = 10_000
 # queues), then twice as many each time up to this.
 _WALK_PAGE = 1_000
 _FIRST_WALK = 32
-# Key ranges counted a statement (`Scope.count`).
+# Key ranges counted a statement (`Scope.count`), and the most rows it tests one
+# by one against a pattern instead.
 _COUNTED_RANGES = 64
+_TESTED_ROWS = 20_000
 _WILDCARDS = frozenset("*?[")
 
 # A key interval [low, high); high None: no upper bound.
@@ -104,8 +106,10 @@ class Scope:
     def _pattern_q(self, action: str, field: str) -> Q:
         exact, globs = self._parts(action)
         found = _ranges_q(exact, field)
-        for (low, high), pattern in globs:
-            found |= _ranges_q([(low, high)], field) & Q(QueueNameMatches(F(field), pattern))
+        # The pattern alone: its prefix's range beside it would be a second lower bound
+        # on the key, which SQLite may pick over the page's own and walk from there.
+        for _, pattern in globs:
+            found |= Q(QueueNameMatches(F(field), pattern))
         return found
 
     def _parts(self, action: str) -> tuple[list[_Interval], list[tuple[_Interval, Pattern]]]:
@@ -199,6 +203,12 @@ class Scope:
         turn, at most `_COUNTED_RANGES` of them a statement."""
         if self.unrestricted:
             return int(rows.values("key")[: cap + 1].count())
+        if not self.is_exact(action):
+            # Few rows (those waiting for their backoff, say): each tested by the rules,
+            # one statement; many: the granted queues' ranges in turn.
+            few = int(rows.values("key")[: _TESTED_ROWS + 1].count())
+            if few <= _TESTED_ROWS:
+                return int(rows.filter(self.queue_q(action)).values("key")[: cap + 1].count())
         total = 0
         chunk: list[_Interval] = []
         for span in itertools.chain(Spans(self, action), [None]):
