@@ -30,7 +30,7 @@ from deadletter.queue import age as age_rule
 from deadletter.queue import browse, redaction
 from deadletter.queue.rows import ATTEMPTS_KEY, LAST_ERROR_KEY, attempts_of
 from deadletter.reports import labels
-from deadletter.wire import codec, gotime, keys
+from deadletter.wire import codec, gotime, items, keys
 from deadletter.wire.gotime import GoOnlyTime, GoTime
 from deadletter.wire.messages import Message
 
@@ -361,6 +361,10 @@ def message_rows(msg: Message) -> Iterable[tuple[str, Any]]:
     for name, value in msg.extra.items():
         if name not in (ATTEMPTS_KEY, LAST_ERROR_KEY):
             yield key_label(name), value_html(value)
+    for entry in msg.raw_entries:
+        name, raw = items.raw_entry(entry)
+        shown = format_html("<code>{}</code> (CBOR kept as it came)", raw.hex())
+        yield key_label(str(name)), shown
 
 
 def messages_html(obj: QueuedMessage) -> SafeString:

@@ -257,14 +257,16 @@ def _masked_at(value: Any, path: tuple[str, ...]) -> Any:
 def redacted(msg: Message, queue: str, *, reveal: bool) -> Message:
     """`msg` as a user sees it: `msg` itself when they may reveal or nothing of
     `queue` is redacted, else a copy with every redacted value masked, and every
-    other text of it (its `LastError`, a traceback, a subject) scrubbed of them."""
+    other text of it (its `LastError`, a traceback, a subject) scrubbed of them.
+    Entries kept as bytes (`raw_entries`) cannot be masked: the copy leaves them out,
+    as a redacted dump does."""
     if reveal:
         return msg
     names = _names_of(queue, msg)
     if not names:
         return msg
     scrub = _scrub_of(_hidden(msg, names), lengths=True)
-    copy = msg.replace()
+    copy = msg.replace(raw_entries=())
     for name in names:
         if name.part is not None:
             value = getattr(copy, name.part)

@@ -25,6 +25,7 @@ __all__ = [
     "item_end",
     "load_items",
     "message_item",
+    "raw_entry",
     "walk",
     "without_prefix",
 ]
@@ -333,3 +334,10 @@ def array_head(value: bytes) -> tuple[int, int]:
     if count > size - position:
         raise CodecError(f"array claims {count} messages but only {size - position} bytes follow")
     return count, position
+
+
+def raw_entry(entry: bytes) -> tuple[Any, bytes]:
+    """A map entry kept as bytes (`Message.raw_entries`) as its key, read, and its
+    value's own bytes: what a page shows of an entry cbor2 could not hold."""
+    end = item_end(entry, 0, 0)
+    return cbor2.loads(entry[:end]), bytes(entry[end:])

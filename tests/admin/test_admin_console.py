@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import cbor2
 import django
 import pytest
 from django.conf import settings
@@ -20,6 +21,7 @@ from deadletter.contrib.celery import capture as celery_capture
 from deadletter.contrib.tasks import framework
 from deadletter.models import QueuedMessage
 from deadletter.queue import store_failed_msgs
+from deadletter.wire import keys
 from deadletter.wire.messages import Message
 from tests.admin.test_admin import CHANGELIST, message_link, open_page, page_keys
 from tests.contrib import celery_jobs
@@ -107,6 +109,17 @@ def test_a_site_s_own_key_is_labelled_with_its_name(admin_client) -> None:
     page = message_page(admin_client, "q", key)
     assert cell_of(page, '<code class="dl-key-name">order_id</code>') == "1234"
     assert "unknown key" not in page
+
+
+def test_an_entry_kept_as_bytes_is_labelled_with_its_key_and_shows_its_cbor(admin_client) -> None:
+    """An entry Go reads and cbor2 cannot hold (a map keyed by a number) is kept as
+    bytes; the page names its key and shows the bytes, never drops it silently."""
+    key = keys.new_key("q")
+    QueuedMessage.objects.create(key=key, value=cbor2.dumps([{"Subject": "s", "Value": {0: None}}]))
+    page = message_page(admin_client, "q", key)
+    assert cell_of(page, '<code class="dl-key-name">Value</code>').startswith(
+        f"<code>{cbor2.dumps({0: None}).hex()}</code>"
+    )
 
 
 # --- bulk delete and purge --------------------------------------------------------

@@ -64,6 +64,15 @@ def test_parts_are_masked_with_their_length_and_the_stored_message_is_untouched(
     assert msg == message()
 
 
+def test_entries_kept_as_bytes_are_left_out_where_anything_is_masked(settings: Any) -> None:
+    """Bytes cbor2 could not read cannot be masked: a masked copy leaves them out."""
+    settings.DEADLETTER_REDACT = {"billing.*": ["username"]}
+    kept = message().replace(raw_entries=(b"\x00\xf6",))
+    assert redacted(kept, "billing.refunds", reveal=False).raw_entries == ()
+    assert redacted(kept, "billing.refunds", reveal=True).raw_entries == (b"\x00\xf6",)
+    assert redacted(kept, "mail", reveal=False).raw_entries == (b"\x00\xf6",)
+
+
 def test_an_index_masks_one_item_only(settings: Any) -> None:
     settings.DEADLETTER_REDACT = {"*": ["fields[0]", "descriptions[1]", "fields[7]"]}
     shown = redacted(message(), "q", reveal=False)
