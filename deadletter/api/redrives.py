@@ -161,6 +161,13 @@ class RedriveSerializer(serializers.Serializer):
     dropped = serializers.IntegerField()
     moved = serializers.IntegerField()
     remaining = serializers.IntegerField()
+    gone = serializers.IntegerField(
+        help_text="Left: gone before the run reached them (delivered by a drain, deleted, "
+        "edited or moved)."
+    )
+    held = serializers.IntegerField(help_text="Left: in another drain's hands.")
+    waiting = serializers.IntegerField(help_text="Left: waiting on a backoff.")
+    conflicts = serializers.IntegerField(help_text="Left: their key taken in the destination.")
     created_at = serializers.DateTimeField()
     started_at = serializers.DateTimeField(allow_null=True)
     finished_at = serializers.DateTimeField(allow_null=True)

@@ -171,6 +171,17 @@ def test_one_redrive_reads_with_its_progress_and_an_unknown_id_is_404(api) -> No
     assert missing.json() == {"detail": "No redrive with that id."}
 
 
+def test_a_finished_redrive_says_why_each_message_was_left(api) -> None:
+    park("a", "b", "c", "d", queue="webhooks")
+    made = plan(api).json()
+    Redrive.objects.filter(pk=made["id"]).update(
+        status=Redrive.Status.FINISHED, delivered=1, remaining=3, gone=1, held=1, waiting=1
+    )
+    body = api.get(made["url"]).json()
+    left = {k: body[k] for k in ("remaining", "gone", "held", "waiting", "conflicts")}
+    assert left == {"remaining": 3, "gone": 1, "held": 1, "waiting": 1, "conflicts": 0}
+
+
 def test_cancel_stops_a_planned_redrive_once_and_a_finished_one_is_409(api) -> None:
     park("a", queue="webhooks")
     made = plan(api).json()
