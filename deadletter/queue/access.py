@@ -340,7 +340,7 @@ def _names_between(
     want = max(1, min(first, _WALK_PAGE))
     cursor: bytes | None = high if descending else low
     while True:
-        page = scans.queue_keys(connection, cursor, descending=descending, limit=want)
+        page = _queue_keys(connection, cursor, descending, want)
         for key in page:
             if (key < low) if descending else (high is not None and key >= high):
                 return
@@ -427,6 +427,26 @@ def _intersect(left: list[_Interval], right: list[_Interval]) -> list[_Interval]
         else:
             j += 1
     return out
+
+
+def _queue_keys(connection: Any, bound: bytes | None, descending: bool, limit: int) -> list[bytes]:
+    """`scans.queue_keys`, but one seek a statement on MySQL/MariaDB, whose plan of
+    the recursive walk's correlated seek reads the index from its start (12 s for a
+    bound half-way through 1,000,000 rows, where one seek takes a millisecond)."""
+    if connection.vendor != "mysql":
+        return scans.queue_keys(connection, bound, descending=descending, limit=limit)
+    key, table = sql.key_column(connection), sql.quoted(connection, sql.table())
+    found: list[bytes] = []
+    while len(found) < limit:
+        where = "" if bound is None else f" WHERE {key} {'<' if descending else '>='} %s"
+        order = "DESC" if descending else "ASC"
+        statement = f"SELECT {key} FROM {table}{where} ORDER BY {key} {order} LIMIT 1"
+        rows = sql.read(connection, statement, () if bound is None else (bound,))
+        if not rows:
+            break
+        found.append(bytes(rows[0][0]))
+        bound = keys.prefix_of(found[-1]) + (b"" if descending else b"\x01")
+    return found
 
 
 def _read_scope(user: Any) -> Scope:
