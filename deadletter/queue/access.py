@@ -340,7 +340,7 @@ def _names_between(
     want = max(1, min(first, _WALK_PAGE))
     cursor: bytes | None = high if descending else low
     while True:
-        page = _queue_keys(connection, cursor, descending, want)
+        page = _queue_keys(connection, cursor, descending, want, (low, high))
         for key in page:
             if (key < low) if descending else (high is not None and key >= high):
                 return
@@ -429,10 +429,13 @@ def _intersect(left: list[_Interval], right: list[_Interval]) -> list[_Interval]
     return out
 
 
-def _queue_keys(connection: Any, bound: bytes | None, descending: bool, limit: int) -> list[bytes]:
+def _queue_keys(
+    connection: Any, bound: bytes | None, descending: bool, limit: int, within: _Interval
+) -> list[bytes]:
     """`scans.queue_keys`, but one seek a statement on MySQL/MariaDB, whose plan of
     the recursive walk's correlated seek reads the index from its start (12 s for a
-    bound half-way through 1,000,000 rows, where one seek takes a millisecond)."""
+    bound half-way through 1,000,000 rows, where one seek takes a millisecond),
+    stopping at the first key outside `within`."""
     if connection.vendor != "mysql":
         return scans.queue_keys(connection, bound, descending=descending, limit=limit)
     key, table = sql.key_column(connection), sql.quoted(connection, sql.table())
@@ -445,6 +448,9 @@ def _queue_keys(connection: Any, bound: bytes | None, descending: bool, limit: i
         if not rows:
             break
         found.append(bytes(rows[0][0]))
+        low, high = within
+        if found[-1] < low or (high is not None and found[-1] >= high):
+            break
         bound = keys.prefix_of(found[-1]) + (b"" if descending else b"\x01")
     return found
 
