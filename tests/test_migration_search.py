@@ -6,10 +6,12 @@ from __future__ import annotations
 import cbor2
 import pytest
 from django.core.management import call_command
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from deadletter.migrations import _0009_frozen as frozen
+from deadletter.migrations._0002_frozen import rows as frozen_rows
+from deadletter.migrations._0002_frozen.items import CodecError as FrozenCodecError
 from deadletter.models import SearchTerm
 from deadletter.queue.search import matching_keys, parse, pending_count
 from deadletter.queue.search.words import terms_of
@@ -42,6 +44,13 @@ def frozen_fields() -> set[str]:
     | st.lists(go_maps(), max_size=3).map(cbor2.dumps)
 )
 def test_the_frozen_terms_are_the_live_terms_of_any_row(value: bytes) -> None:
+    """Of any row the frozen reading reads: the live reading has since learnt to
+    read, as Go does, some rows the release of 0009 refused as corrupt (an integer
+    map key, a tag Go ignores), which that release's fetch deleted."""
+    try:
+        list(frozen_rows.message_maps(value))
+    except FrozenCodecError:
+        assume(False)
     try:
         live = terms_of(codec.iter_decode(value))
     except codec.CodecError:

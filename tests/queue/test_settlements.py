@@ -4,10 +4,12 @@ did, an edit saved while it ran is left as it is, with a note in its History."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
 import pytest
+from django.db import connections
 
 from deadletter import NeedsOperator, PermanentFailure
 from deadletter.drain.outcomes import deliver
@@ -19,7 +21,7 @@ from deadletter.wire.gotime import GoTime
 from deadletter.wire.messages import Message
 from tests.factories import insert_at, park, table_rows
 
-pytestmark = pytest.mark.django_db
+pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture(autouse=True)
@@ -30,12 +32,23 @@ def editable(settings: Any) -> None:
 
 
 def edit_now(key: bytes) -> None:
-    """The operator's edit, saved while the handler runs."""
-    value = dict(table_rows())[key]
-    msg = codec.decode(value)[0]
-    edits.edit_msg(
-        key, msg.replace(subject="fixed"), expected=edits.etag_of(key, value), actor="ops"
-    )
+    """The operator's edit, saved while the handler runs: from another thread, so on
+    its own connection, as a web request's edit comes (the handler's own writes are
+    its transaction's, undone with it when it fails)."""
+
+    def edit() -> None:
+        try:
+            value = dict(table_rows())[key]
+            msg = codec.decode(value)[0]
+            edits.edit_msg(
+                key, msg.replace(subject="fixed"), expected=edits.etag_of(key, value), actor="ops"
+            )
+        finally:
+            connections.close_all()
+
+    operator = threading.Thread(target=edit)
+    operator.start()
+    operator.join()
 
 
 def editing(then: Callable[[Message], Message | None]) -> Callable[[Message], Message | None]:
