@@ -33,8 +33,9 @@ class QueueDrain(DeadletterView):
     transaction. The drain stops after `DEADLETTER_API_TIME_BUDGET` seconds
     (`stopped_by` "time budget"): a handler still running then is given up on
     and its message stays queued, the attempt counted. 409 when a drain
-    already holds the queue (SQLite allows one at a time); 400 when the queue
-    has no handler in `DEADLETTER_HANDLERS`; 404 for a queue your queue access does
+    already holds the queue (SQLite allows one at a time) or the queue has no
+    handler in `DEADLETTER_HANDLERS` (the request is well formed: the site's
+    configuration is what refuses it); 404 for a queue your queue access does
     not let you see, 403 for one it shows but grants no retry on."""
 
     permissions = {"POST": DRAIN}
@@ -46,7 +47,10 @@ class QueueDrain(DeadletterView):
             200: DrainReportSerializer,
             400: BAD,
             404: HIDDEN,
-            409: OpenApiResponse(ErrorSerializer, description="Another drain holds the queue."),
+            409: OpenApiResponse(
+                ErrorSerializer,
+                description="Another drain holds the queue, or the queue has no handler.",
+            ),
             **REFUSALS,
         },
     )
@@ -66,7 +70,7 @@ class QueueDrain(DeadletterView):
             )
             report = drainer.run()
         except drain.DrainConfigError as exc:
-            raise exceptions.ValidationError({"name": [str(exc)]}) from None
+            raise Conflict(str(exc), code="no_handler") from None
         except drain.DrainLocked as exc:
             raise Conflict(str(exc)) from None
         return Response(DrainReportSerializer(report.as_dict()).data)

@@ -49,6 +49,21 @@ class StepField(Int64Field):
     """One step of a ramp: a JSON integer above 0."""
 
 
+@extend_schema_field(
+    {
+        "type": "number",
+        "format": "double",
+        "minimum": 0,
+        "exclusiveMinimum": True,
+        "maximum": 100,
+        "nullable": True,
+    }
+)
+class PercentField(serializers.FloatField):
+    """A share in percent, above 0 and at most 100: the schema says the lower bound
+    is exclusive, as `validate_stop_after` holds it."""
+
+
 class RedriveRequestSerializer(serializers.Serializer):
     """What `POST redrives/` asks for: `deadletter_redrive`'s options by name."""
 
@@ -84,7 +99,7 @@ class RedriveRequestSerializer(serializers.Serializer):
         default=list,
         help_text="Step sizes to ramp up through, such as [1, 5, 20].",
     )
-    stop_after = serializers.FloatField(
+    stop_after = PercentField(
         required=False,
         allow_null=True,
         default=None,

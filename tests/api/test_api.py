@@ -429,11 +429,11 @@ def test_drain_limit_is_capped_and_an_integer(api, limit: Any) -> None:
     assert parked("drained") == ["m"]
 
 
-def test_drain_of_a_queue_without_a_handler_is_400(api) -> None:
+def test_drain_of_a_queue_without_a_handler_is_409(api) -> None:
     park("m", queue="unhandled")
     response = api.post(url("unhandled", "drain/"))
-    assert response.status_code == 400
-    assert "no handler" in str(response.json()["name"])
+    assert response.status_code == 409
+    assert "no handler" in response.json()["detail"]
     assert parked("unhandled") == ["m"]
 
 

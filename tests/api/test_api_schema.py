@@ -253,3 +253,14 @@ def test_a_redrive_queue_the_schema_refuses_is_a_400_and_the_schema_says_so(api,
             assert not admits({k: v for k, v in fields[name].items() if k != "nullable"}, value)
     response = api.post(f"{API}/redrives/", body, format="json")
     assert response.status_code == 400
+
+
+def test_a_stop_after_of_zero_is_refused_and_the_schema_says_its_bound_is_exclusive(api) -> None:
+    schema = api.get(f"{API}/schema/", {"format": "json"}).json()
+    stop_after = schema["components"]["schemas"]["RedriveRequestRequest"]["properties"][
+        "stop_after"
+    ]
+    assert (stop_after["minimum"], stop_after["exclusiveMinimum"]) == (0, True)
+    response = api.post(f"{API}/redrives/", {"queue": "q", "stop_after": 0}, format="json")
+    assert response.status_code == 400
+    assert "stop_after" in response.json()
