@@ -13,7 +13,7 @@ import time_machine
 from django.core.management import call_command
 from django.db import connection
 from django.db.migrations.recorder import MigrationRecorder
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from deadletter.migrations._0002_frozen import legacy as frozen_legacy
@@ -202,6 +202,7 @@ def go_maps(draw: st.DrawFn) -> dict[str, object]:
         lambda msgs: b"\x9f" + b"".join(codec.encode_one(m)[1:] for m in msgs) + b"\xff"
     )
 )
+@example(b"\x81\xa3hQueuedAtt1970-01-01T00:00:00ZhUsername`hQUEUEDATx\x191970-01-01T00:01:00+00:01")
 def test_the_frozen_rows_are_the_live_encoders_for_any_aggregate(value: bytes) -> None:
     """What the migration writes for a message is what the live code writes once it has
     read it (and stamped it, when it has no `QueuedAt`); a message one refuses, both do."""

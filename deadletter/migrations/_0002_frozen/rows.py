@@ -69,6 +69,7 @@ def _message_map(item: Any, index: int) -> dict[str, Any]:
         raise CodecError(f"message {index}: expected a map, got {_kind(item)}")
     wire = dict(_ZERO)
     extra: dict[str, Any] = {}
+    named: set[str] = set()
     for key, raw in item.items():
         if type(key) is not str:
             raise CodecError(f"message {index}: map key {key!r} is not a text string")
@@ -77,6 +78,9 @@ def _message_map(item: Any, index: int) -> dict[str, Any]:
             extra[key] = raw
             continue
         name, convert = field
+        if name in named:
+            continue  # Go's decoder: the first key naming a field wins, the rest are skipped
+        named.add(name)
         wire[name] = convert(raw, index, name)
     wire.update(extra)
     return wire
