@@ -49,7 +49,11 @@ class KvFileError(DeadletterError):
 
 
 def check_sqlite_file(path: Path) -> None:
-    """A `KvFileError` unless `path` is a regular file starting with SQLite's header."""
+    """A `KvFileError` unless `path` is a regular file starting with SQLite's header.
+
+    Only for a file `check_not_app_database` let through: reading the project's own
+    database here would close a descriptor of it, and closing any descriptor of a
+    file drops every POSIX lock the process holds on it, SQLite's own included."""
     if not path.exists():
         raise KvFileError(f"{path}: no such file")
     if path.is_dir():
@@ -164,7 +168,8 @@ def check_only_kv(conn: sqlite3.Connection, path: Path) -> None:
 
 def check_not_app_database(path: Path) -> None:
     """A `KvFileError` when `path` is the file of one of the project's SQLite databases,
-    however it is named: the same device and inode, through symlinks and relative paths."""
+    however it is named: the same device and inode, through symlinks and relative paths.
+    By `stat` alone, before anything opens `path` (`check_sqlite_file`)."""
     try:
         target = path.stat()
     except OSError:
@@ -183,7 +188,7 @@ def check_not_app_database(path: Path) -> None:
         if (database.st_dev, database.st_ino) == (target.st_dev, target.st_ino):
             raise KvFileError(
                 f"{path}: is this project's own database (DATABASES[{alias!r}]); "
-                "the export writes the Go program's file, never the queue's database"
+                "a kv file is the Go program's, never the queue's database"
             )
 
 

@@ -1,6 +1,9 @@
 from __future__ import annotations
 
 import sqlite3
+import subprocess
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -98,16 +101,52 @@ def app_database() -> Path:
     return Path(connection.settings_dict["NAME"])
 
 
+def sha256_elsewhere(path: Path) -> str:
+    """The file's SHA-256 as another process reads it: this process closing a
+    descriptor of its own database would drop SQLite's locks on it."""
+    done = subprocess.run(["sha256sum", str(path)], capture_output=True, text=True, check=True)
+    return done.stdout.split()[0]
+
+
+CLOSE_IN_A_CHILD = """
+import sqlite3, sys
+conn = sqlite3.connect(sys.argv[1])
+conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+conn.close()
+"""
+
+
+@pytest.mark.parametrize(
+    "transfer",
+    [lambda path: kvfile.import_kv(path), lambda path: kvfile.export_kv(path, force=True)],
+    ids=["import", "export"],
+)
+def test_a_transfer_refused_the_apps_own_database_leaves_this_process_its_locks(
+    app_database: Path, tmp_path: Path, transfer: Callable[[Path], object]
+) -> None:
+    store_failed_msgs("q", msg("one"))
+    link = tmp_path / "edb.sqlite"
+    link.symlink_to(app_database)
+    with pytest.raises(kvfile.KvFileError, match="is this project's own database"):
+        transfer(link)
+    # Another process that closes the database while this one still holds SQLite's
+    # shared lock leaves the WAL and its index: it knows it was not the last.
+    subprocess.run([sys.executable, "-c", CLOSE_IN_A_CHILD, str(app_database)], check=True)
+    assert Path(f"{app_database}-wal").exists()
+    assert Path(f"{app_database}-shm").exists()
+    assert QueuedMessage.objects.count() == 1
+
+
 def test_export_refuses_the_apps_own_database_through_a_symlink(
     app_database: Path, tmp_path: Path
 ) -> None:
     store_failed_msgs("q", msg("one"))
     link = tmp_path / "edb.sqlite"
     link.symlink_to(app_database)
-    before = sha256(app_database)
+    before = sha256_elsewhere(app_database)
     with pytest.raises(kvfile.KvFileError, match="is this project's own database"):
         kvfile.export_kv(link, force=True)
-    assert sha256(app_database) == before
+    assert sha256_elsewhere(app_database) == before
 
 
 def test_export_refuses_the_apps_own_database_by_a_relative_path(

@@ -104,8 +104,8 @@ def _open_for_export(path: Path, *, force: bool = False) -> Iterator[sqlite3.Con
     """
     temporary: Path | None = None
     if path.exists() or path.is_symlink():
-        check_sqlite_file(path)
         check_not_app_database(path)
+        check_sqlite_file(path)
         target = f"{path.resolve().as_uri()}?mode=rw"
     else:
         parent = path.parent

@@ -16,6 +16,7 @@ from deadletter.store import sql
 from deadletter.transfer.kvcheck import (
     KvFileError,
     check_kv_table,
+    check_not_app_database,
     check_sqlite_file,
     read_only_uri,
     watch_queries,
@@ -88,6 +89,7 @@ def open_kv(path: Path | str) -> sqlite3.Connection:
     themselves, and wrap their reads in `kvcheck.watch_queries`.
     """
     path = Path(path)
+    check_not_app_database(path)
     check_sqlite_file(path)
     try:
         conn = sqlite3.connect(read_only_uri(path), uri=True, isolation_level=None)
