@@ -349,30 +349,33 @@ def crash_fixture() -> tuple[list[tuple[bytes, bytes]], dict[str, list[str]]]:
     return fixture, expected
 
 
-def wait_until_the_killed_client_is_gone_from_the_server() -> None:
-    """On a database server a killed client's session lives on until the server reads the
-    end of the connection, and first finishes the statement in flight, which may be a commit
-    (of a later migration, say): wait until this database has no client but this one."""
+def server_sessions() -> set[int]:
+    """The sessions on this test database's server but this connection's (none on SQLite)."""
     if connection.vendor == "sqlite":
-        return  # nothing outlives the process
+        return set()  # nothing outlives the process
     if connection.vendor == "mysql":
-        others_sql = (
-            "SELECT COUNT(*) FROM information_schema.PROCESSLIST "
+        sessions_sql = (
+            "SELECT ID FROM information_schema.PROCESSLIST "
             "WHERE DB = DATABASE() AND ID <> CONNECTION_ID()"
         )
     else:
-        others_sql = (
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+        sessions_sql = (
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
             "AND backend_type = 'client backend' AND pid <> pg_backend_pid()"
         )
+    with connection.cursor() as cursor:
+        cursor.execute(sessions_sql)
+        return {session for (session,) in cursor.fetchall()}
+
+
+def wait_until_the_killed_client_is_gone_from_the_server(before: set[int]) -> None:
+    """On a database server a killed client's session lives on until the server reads the
+    end of the connection, and first finishes the statement in flight, which may be a commit
+    (of a later migration, say): wait until no session but those of `before` (this
+    process's other connections, an earlier test's idle ones) is left."""
     deadline = time.monotonic() + 30
-    while True:
-        with connection.cursor() as cursor:
-            cursor.execute(others_sql)
-            (others,) = cursor.fetchone()
-        if not others:
-            return
-        assert time.monotonic() < deadline, f"{others} other client(s) still connected"
+    while left := server_sessions() - before:
+        assert time.monotonic() < deadline, f"the killed client's sessions {left} still there"
         time.sleep(0.01)
 
 
@@ -464,8 +467,9 @@ def test_a_migration_killed_at_random_points_then_rerun_keeps_every_message_once
         # committed, so a kill in between leaves its table made but unrecorded.
         args = ["migrate", "deadletter", "0002_split_legacy_blobs", "--no-input"]
         wait_for = rng.randrange(len(CRASH_QUEUES) + 1)
+        before = server_sessions()
         finished = kill_manage_py(args, subprocess_env, "split legacy row", wait_for, rng)
-        wait_until_the_killed_client_is_gone_from_the_server()
+        wait_until_the_killed_client_is_gone_from_the_server(before)
         outcomes.append(assert_split_in_turn(fixture, expected, finished))
 
         migrate_forward()
