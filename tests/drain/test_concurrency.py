@@ -317,7 +317,9 @@ def test_sigkill_during_a_concurrent_drain_loses_nothing(
     point, then drains to the end: every delivery is recorded, the queue is empty,
     and a kill delivers again at most the four messages it caught in hand (their
     handlers had recorded them, their rows were not settled yet)."""
-    rng = random.Random(os.environ.get("DRAIN_CRASH_SEED", time.time_ns()))
+    seed = int(os.environ.get("DRAIN_CRASH_SEED", time.time_ns()))
+    print(f"seed={seed}")  # shown with a failure
+    rng = random.Random(seed)
     expected: set[str] = set()
 
     def top_up() -> None:
