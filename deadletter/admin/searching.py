@@ -12,16 +12,11 @@ from django.http import HttpRequest
 
 from deadletter.models import QueuedMessage
 from deadletter.queue import search
-from deadletter.queue.search import lookup
+from deadletter.queue.search import lookup, qualifiers
 
 __all__ = ["HELP", "MAX_ACTION_ROWS", "SearchTooBroad", "query_of", "searched_rows"]
 
-HELP = (
-    "Whole words in the subject, recipient, fields, descriptions, last error or any other "
-    'key; "a phrase"; subject:, user:, error:, code:, cause:"…", key:<hex>, '
-    "after:/before:<date> (the first failure, also after:>… before:<=…), attempts:>3, "
-    "age:>2d, NAME:value for another key. All terms must hold."
-)
+HELP = qualifiers.help_text()
 # An action on "all matching" a search acts on the keys the search gives, read
 # whole first: more than this is refused (a redrive takes any number).
 MAX_ACTION_ROWS = 10_000

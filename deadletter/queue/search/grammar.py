@@ -1,22 +1,14 @@
 """The search language, parsed in one place for the admin, the API and the commands.
 
-    word                 the word, whole, in any searchable text (case-insensitive)
-    "two words"          the words together, in this order
-    subject:word  user:  error:    in that text only (a quoted value is a phrase)
-    code:500  code:GRADE           the code, by number or by `DEADLETTER_EVENT_CODES` name
-    cause:"..."          the failure signature, exactly
-    key:0a1b             the key's hex starts so
-    after:2026-12-01  before:2026-12-01T14:30     the first failure (`QueuedAt`)
-    after:>2026-12-01  before:<=2026-12-01         strictly after, at or before
-    attempts:>3  attempts:<=1  attempts:0          the failed deliveries so far
-    age:>2d  age:<90m    the time since the first failure (s, m, h, d, w), now
-    NAME:value           another key of the message (`order_id:1234`)
-
-Terms are separated by spaces and must all hold. A date without a time is its
-midnight, a time without an offset is in the current time zone (Django's).
-A comparison (`>`, `>=`, `<`, `<=`, `=` before an unquoted value) is read only on
-`attempts:`, `age:`, `after:` and `before:`; anywhere else it is an error, never a
-search for the digits after it (quote the value to search for its words).
+A search is terms separated by spaces that must all hold: a bare word (whole, in any
+searchable text, case-insensitive), "a phrase" (its words together, in this order),
+or a qualifier `name:value`; the qualifiers and what each finds are in
+`qualifiers.QUALIFIERS`, and any other `NAME:value` is the message's key of that
+name. A quoted value is a phrase. A date without a time is its midnight, a time
+without an offset is in the current time zone (Django's). A comparison (`>`, `>=`,
+`<`, `<=`, `=` before an unquoted value) is read only on the qualifiers that say
+so (`qualifiers.COMPARED`); anywhere else it is an error, never a search for the
+digits after it (quote the value to search for its words).
 """
 
 from __future__ import annotations
@@ -28,6 +20,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 
 from deadletter.conf import conf
+from deadletter.queue.search.qualifiers import COMPARED, NAMES
 from deadletter.queue.search.query import (
     Attempts,
     Cause,
@@ -56,7 +49,7 @@ _TERM = re.compile(
 _ESCAPE = re.compile(r"\\(.)")
 # A comparison before a value: the longest operator first.
 _COMPARISON = re.compile(r"(>=|<=|>|<|=)(.*)", re.DOTALL)
-_COMPARED = "attempts:, age:, after: and before:"
+_COMPARED = ", ".join(f"{name}:" for name in COMPARED[:-1]) + f" and {COMPARED[-1]}:"
 _AGE = re.compile(r"(\d{1,9})([smhdw])")
 _AGE_UNIT = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 
@@ -125,7 +118,7 @@ def _qualifier(
     if not value:
         raise SearchError(f'{name}: needs a value (quote one with spaces: {name}:"...")')
     compared = _COMPARISON.fullmatch(value)
-    if folded in ("attempts", "age", "after", "before"):
+    if folded in COMPARED:
         op, value = (compared[1], compared[2]) if compared else (None, value)
         if not value:
             raise SearchError(f"{name}: needs a value after {op}")
@@ -140,7 +133,9 @@ def _qualifier(
             f"{name}: takes no comparison ({compared[1]}); only {_COMPARED} do "
             f"(attempts:>3, age:>2d); {hint}"
         )
-    if folded in _FIELDS:
+    if folded not in NAMES:
+        conditions.append(_phrase(value, f"key:{folded}"))
+    elif folded in _FIELDS:
         conditions.append(_phrase(value, _FIELDS[folded]))
     elif folded == "code":
         conditions.append(Code(_code(value)))
@@ -152,7 +147,7 @@ def _qualifier(
             raise SearchError(f"key: wants the start of a key in hex, got {value!r}")
         prefixes.append(KeyPrefix(hex_text))
     else:
-        conditions.append(_phrase(value, f"key:{folded}"))
+        raise AssertionError(f"the qualifier {name}: is in the table but not read")
 
 
 def _compared(name: str, op: str | None, value: str) -> MessageCondition:
