@@ -15,14 +15,13 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 from django import forms
 from django.contrib import messages
-from django.contrib.admin import AdminSite
+from django.contrib.admin import ModelAdmin
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
-from django.db.models.options import Options
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
@@ -43,23 +42,6 @@ LIST_FIELDS = (
     ("skip_recipients", "skip recipients"),
 )
 _LINE_BREAK = re.compile(r"\r\n|\n|\r")
-
-
-class QueuedMessageAdmin(Protocol):
-    """What the page needs of `deadletter.admin.QueuedMessageAdmin`, which imports
-    it: typing against it here would close an import cycle."""
-
-    @property
-    def admin_site(self) -> AdminSite: ...
-
-    @property
-    def opts(self) -> Options[Any]: ...
-
-    def get_object(self, request: HttpRequest, object_id: str) -> Any: ...
-
-    def has_drain_permission(self, request: HttpRequest) -> bool: ...
-
-    def message_user(self, request: HttpRequest, message: str, level: int | str = ...) -> None: ...
 
 
 def can_edit(request: HttpRequest, key: bytes) -> bool:
@@ -313,13 +295,14 @@ class EditForm(forms.Form):
 
 
 def edit_page(
-    model_admin: QueuedMessageAdmin,
+    model_admin: ModelAdmin[QueuedMessage],
     request: HttpRequest,
     object_id: str,
     retry: Callable[[HttpRequest, bytes], None],
+    may_retry: bool,
 ) -> HttpResponse:
     """GET: the form. POST: save (`_save`), or save and retry now (`_retry`, which
-    also needs the drain permission): `retry(request, key)` hands it over. A save
+    also needs the drain permission, `may_retry`): `retry(request, key)` hands it over. A save
     the row's changes refuse opens the form again on the row as it is now."""
     obj: QueuedMessage | None = model_admin.get_object(request, unquote(object_id))
     if obj is None:
@@ -343,7 +326,7 @@ def edit_page(
         model_admin.message_user(request, f"This message cannot be edited: {exc}", messages.ERROR)
         return HttpResponseRedirect(change_url)
     retrying = "_retry" in request.POST
-    if retrying and not model_admin.has_drain_permission(request):
+    if retrying and not may_retry:
         raise PermissionDenied
     shown = redaction.redacted(msg, keys.queue_of(key), reveal=redaction.reveals(request.user))
     form = EditForm(request.POST or None, msg=msg, etag=etag, shown=shown)
@@ -375,14 +358,14 @@ def edit_page(
         "original": obj,
         "form": form,
         "change_url": change_url,
-        "has_drain_permission": model_admin.has_drain_permission(request),
+        "has_drain_permission": may_retry,
         "archive_on": _archive_on(keys.queue_of(key)),
     }
     return TemplateResponse(request, "admin/deadletter/queuedmessage/edit_form.html", context)
 
 
 def _save(
-    model_admin: QueuedMessageAdmin,
+    model_admin: ModelAdmin[QueuedMessage],
     request: HttpRequest,
     key: bytes,
     form: EditForm,
@@ -417,5 +400,5 @@ def _archive_on(queue: str) -> bool:
     return limits.archive_for(queue) != limits.ARCHIVE_OFF
 
 
-def _changelist(model_admin: QueuedMessageAdmin) -> str:
+def _changelist(model_admin: ModelAdmin[QueuedMessage]) -> str:
     return reverse(f"{model_admin.admin_site.name}:deadletter_queuedmessage_changelist")
