@@ -23,47 +23,35 @@ claim, the watcher's heartbeat and cancel, a gone runner), `redrive_walk` (the
 keys a run walks and its cursor), `redrive_run` (one redrive run through the
 same loop), `redrive_turns` (unfinished ones resumed, the service's turns) and
 `web` (views outside the request's transaction).
+
+The package exports only what a project's code and the edges call
+(docs/python-api.md, docs/drain.md); the rest is imported from the module
+that defines it, so a helper can change without a public name changing.
 """
 
 from __future__ import annotations
 
 from deadletter.drain.context import DeliveryContext
 from deadletter.drain.errors import DrainAborted, DrainConfigError, DrainLocked
-from deadletter.drain.handlers import (
-    Handler,
-    HandlerProblem,
-    Loaded,
-    handler_problems,
-    load_handlers,
-)
+from deadletter.drain.handlers import load_handlers
 from deadletter.drain.locking import QueueLock
 from deadletter.drain.options import DrainOptions
 from deadletter.drain.outcomes import LAST_ERROR_LIMIT, deliver, last_error
-from deadletter.drain.policy import Policy, handler_path
-from deadletter.drain.redrive_run import run_redrive
-from deadletter.drain.redrive_turns import resume_redrives
-from deadletter.drain.redrives import RedriveError, cancel_redrive, plan_redrive
-from deadletter.drain.report import DROP_REASONS, DrainReport, Outcome
+from deadletter.drain.policy import Policy
+from deadletter.drain.redrives import plan_redrive
+from deadletter.drain.report import DrainReport, Outcome
 from deadletter.drain.retry import redeliver
-from deadletter.drain.run import PROGRESS_EVERY, Drainer
-from deadletter.drain.service import DEFAULT_INTERVAL, ServiceReport, serve
+from deadletter.drain.run import Drainer
+from deadletter.drain.service import DEFAULT_INTERVAL, serve
 from deadletter.drain.stopping import DEFAULT_GRACE, SignalGuard
-from deadletter.drain.timeouts import (
-    MAX_HUNG_HANDLERS,
-    HandlerTimeout,
-    HungHandlers,
-    TimeLimit,
-    hung_handlers,
-)
+from deadletter.drain.timeouts import MAX_HUNG_HANDLERS, hung_handlers
 from deadletter.drain.web import outside_request_transactions
 
 __all__ = [
     "DEFAULT_GRACE",
     "DEFAULT_INTERVAL",
-    "DROP_REASONS",
     "LAST_ERROR_LIMIT",
     "MAX_HUNG_HANDLERS",
-    "PROGRESS_EVERY",
     "DeliveryContext",
     "DrainAborted",
     "DrainConfigError",
@@ -71,29 +59,16 @@ __all__ = [
     "DrainOptions",
     "DrainReport",
     "Drainer",
-    "Handler",
-    "HandlerProblem",
-    "HandlerTimeout",
-    "HungHandlers",
-    "Loaded",
     "Outcome",
     "Policy",
     "QueueLock",
-    "RedriveError",
-    "ServiceReport",
     "SignalGuard",
-    "TimeLimit",
-    "cancel_redrive",
     "deliver",
-    "handler_path",
-    "handler_problems",
     "hung_handlers",
     "last_error",
     "load_handlers",
     "outside_request_transactions",
     "plan_redrive",
     "redeliver",
-    "resume_redrives",
-    "run_redrive",
     "serve",
 ]
