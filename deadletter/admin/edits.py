@@ -49,7 +49,7 @@ def can_edit(request: HttpRequest, key: bytes) -> bool:
     return (
         not keys.is_legacy_key(key)
         and bool(request.user.has_perm(CHANGE))
-        and limits.editable(keys.queue_of(key))
+        and edits.queue_refusal(keys.queue_of(key)) is None
     )
 
 
@@ -205,24 +205,18 @@ class EditForm(forms.Form):
             self._mask(shown)
 
     def _mask(self, shown: Message) -> None:
-        """Each field whose value `shown` masks: the mask as its value, read-only."""
-        masked = [
-            (name, json_text(getattr(shown, name)) if name in dict(LIST_FIELDS) else None)
-            for name in ("subject", "username", *dict(LIST_FIELDS))
-            if getattr(shown, name) != getattr(self.original, name)
-        ]
-        masked += [
-            (field_name, json_text(shown.extra[key]))
-            for field_name, key in self.extra_names
-            if shown.extra.get(key) != self.original.extra[key]
-        ]
-        for name, text in masked:
-            field = self.fields[name]
+        """Each field `shown` masks (`edits.masked_fields`): the mask as its value, read-only."""
+        form_names = {f"extra.{key}": field_name for field_name, key in self.extra_names}
+        for name in edits.masked_fields(self.original, shown):
+            field_name = form_names.get(name, name)
+            key = name.removeprefix("extra.")
+            value = shown.extra[key] if name in form_names else getattr(shown, name)
+            field = self.fields[field_name]
             field.disabled = True
             field.help_text = REDACTED_HELP
             field.widget.attrs["data-redacted"] = "1"
-            field.initial = getattr(shown, name) if text is None else text
-            self.redacted.add(name)
+            field.initial = value if name in ("subject", "username") else json_text(value)
+            self.redacted.add(field_name)
 
     def fixed_fields(self) -> list[forms.BoundField]:
         return [self[name] for name in self.fields if self.fields[name].disabled]

@@ -19,7 +19,7 @@ from rest_framework.response import Response
 from deadletter.api.fields import ExtraField, Int64Field, TextField, TimeField, format_time
 from deadletter.api.serializers import ErrorSerializer, RowSerializer, viewer
 from deadletter.drain import inflight
-from deadletter.queue import edits, limits, redaction
+from deadletter.queue import edits, redaction
 from deadletter.wire import jsonvalues, keys
 from deadletter.wire.gotime import GoOnlyTime, GoTime
 from deadletter.wire.messages import Message
@@ -146,11 +146,9 @@ def patch(request: Request, key: bytes) -> Response:
     if value is None:
         raise exceptions.NotFound("No row with that key.")
     queue = keys.queue_of(key)
-    if not limits.editable(queue):
-        raise exceptions.PermissionDenied(
-            f"Queue {queue!r} is not editable: its policy in DEADLETTER_HANDLERS has no "
-            "'editable': True."
-        )
+    refusal = edits.queue_refusal(queue)
+    if refusal is not None:
+        raise exceptions.PermissionDenied(refusal.message)
     header = request.headers.get("If-Match")
     if not header or header.strip() == "*":
         raise PreconditionRequired()
@@ -188,19 +186,12 @@ def patch(request: Request, key: bytes) -> Response:
 
 
 def _refuse_redacted(msg: Message, queue: str, given: dict[str, Any], request: Request) -> None:
-    """403 for a change to a value the user may not see (`queue.redaction`): they may
-    not overwrite it either, as in the admin's form."""
+    """403 for a change to a value the user may not see (`edits.masked_fields`)."""
     shown = redaction.redacted(msg, queue, reveal=redaction.reveals(request.user))
-    if shown is msg:
-        return
-    hidden = [
-        name for name in given if name != "extra" and getattr(shown, name) != getattr(msg, name)
-    ]
-    hidden += [
-        f"extra.{name}"
-        for name in given.get("extra", {})
-        if name in msg.extra and shown.extra[name] != msg.extra[name]
-    ]
+    masked = edits.masked_fields(msg, shown)
+    named = [name for name in given if name != "extra"]
+    named += [f"extra.{name}" for name in given.get("extra", {})]
+    hidden = [name for name in named if name in masked]
     if hidden:
         raise exceptions.PermissionDenied(
             f"Redacted (DEADLETTER_REDACT): {', '.join(hidden)}; changing a value needs the "

@@ -28,6 +28,7 @@ from deadletter.exceptions import DeadletterError
 from deadletter.models import ArchivedMessage, HexKey, QueuedMessage
 from deadletter.queue import archive, browse, history, limits, redaction, seals
 from deadletter.queue.causes import signature_of
+from deadletter.queue.refusals import Refused
 from deadletter.queue.rows import ATTEMPTS_KEY, LAST_ERROR_KEY, QueueingError
 from deadletter.store import sql
 from deadletter.wire import codec, jsonvalues, keys
@@ -48,6 +49,8 @@ __all__ = [
     "etag_of",
     "etags_of",
     "fixed_keys",
+    "masked_fields",
+    "queue_refusal",
     "tagged_row",
     "row_value",
     "shown",
@@ -70,14 +73,10 @@ class EditConflict(DeadletterError):
     a delivery came first); nothing was written. The text says which."""
 
 
-class EditRefused(DeadletterError, ValueError):
+class EditRefused(Refused):
     """An edit the rules do not allow (a queue not editable, a kept or sealed key
     changed, a value the Go format cannot hold); nothing was written. `field`
     names what is at fault when one field is."""
-
-    def __init__(self, text: str, field: str | None = None) -> None:
-        super().__init__(text)
-        self.field = field
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -169,6 +168,21 @@ def fixed_keys() -> dict[str, str]:
     return why
 
 
+def queue_refusal(queue: str) -> EditRefused | None:
+    """Why no message of `queue` may be edited (its policy is not `editable`), or None."""
+    if limits.editable(queue):
+        return None
+    return EditRefused(f"queue {queue!r} is not editable: its policy has no 'editable': True")
+
+
+def masked_fields(msg: Message, shown: Message) -> tuple[str, ...]:
+    """The fields (`Change` names) of `msg` that `shown`, its redacted form for a
+    user (`redaction.redacted`), masks: that user may not overwrite them either."""
+    if shown is msg:
+        return ()
+    return tuple(change.name for change in changes_of(msg, shown))
+
+
 def editable_message(value: bytes) -> Message:
     """The one message of a row's value; `EditRefused` for a row that is corrupt,
     empty or holds several (the next fetch splits those first)."""
@@ -209,8 +223,9 @@ def edit_msg(
     queue = keys.queue_of(key)
     if keys.is_legacy_key(key):
         raise EditRefused("a legacy aggregate row: a fetch splits it into one row each first")
-    if not limits.editable(queue):
-        raise EditRefused(f"queue {queue!r} is not editable: its policy has no 'editable': True")
+    refusal = queue_refusal(queue)
+    if refusal is not None:
+        raise refusal
     connection = sql.connection()
     try:
         with transaction.atomic(using=connection.alias):
