@@ -15,7 +15,6 @@ queue they may delete in (every such queue when empty).
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -33,10 +32,11 @@ from django.utils.http import urlencode
 from deadletter import drain
 from deadletter.admin import rows
 from deadletter.conf import conf
-from deadletter.drain.policy import Policy, handler_path, policy_of
+from deadletter.drain.policy import Policy, policy_of
 from deadletter.models import QueuedMessage
 from deadletter.queue import access, browse, claims, incidents
 from deadletter.queue.api import queue_names
+from deadletter.queue.config import configured_queues, queue_config
 from deadletter.reports import overview, queues, summaries
 from deadletter.store import counters, sql
 from deadletter.wire import keys
@@ -77,7 +77,7 @@ class DrainForm(forms.Form):
     def __init__(self, *args: Any, scope: access.Scope | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.scope = scope or access.Scope.everything()
-        names = self.scope.names_filter(sorted(conf.HANDLERS), "retry")
+        names = self.scope.names_filter(sorted(configured_queues()), "retry")
         everything = "all configured queues" if self.scope.unrestricted else "all yours"
         field: Any = self.fields["queue"]
         field.choices = [("", everything)] + [(n, n) for n in names]
@@ -90,7 +90,7 @@ class DrainForm(forms.Form):
             return [name]
         if self.scope.unrestricted:
             return None
-        return self.scope.names_filter(sorted(conf.HANDLERS), "retry")
+        return self.scope.names_filter(sorted(configured_queues()), "retry")
 
 
 class PurgeForm(forms.Form):
@@ -304,14 +304,17 @@ def drainable(scope: access.Scope) -> list[tuple[str, str, str]]:
     retry in: what the Drain page lists. Never the setting as written: a policy
     dict holds alert channels whose webhook secrets sign alerts, and other teams'
     queues are theirs to see."""
-    handlers = conf.HANDLERS if isinstance(conf.HANDLERS, Mapping) else {}
     found = []
-    for name in scope.names_filter(sorted(str(n) for n in handlers), "retry"):
-        path = handler_path(handlers[name])
-        try:
-            words = policy_words(policy_of(name, handlers[name]))
-        except (KeyError, TypeError, ValueError, IndexError):
-            words = "policy not valid: see manage.py check"
+    for name in scope.names_filter(sorted(configured_queues()), "retry"):
+        config = queue_config(name)
+        if config is None:
+            continue
+        words = (
+            "policy not valid: see manage.py check"
+            if config.problems
+            else policy_words(policy_of(config))
+        )
+        path = config.handler
         found.append((name, path if isinstance(path, str) else "(not a dotted path)", words))
     return found
 

@@ -16,6 +16,7 @@ from deadletter.drain.handlers import handler_problems
 from deadletter.drain.kills import max_kills_problem
 from deadletter.drain.service import outage_limit_problem
 from deadletter.drain.timeouts import handler_timeout_problem, seconds_of
+from deadletter.queue.config import handlers_setting
 
 _HANDLER_HINT = {
     "import": (
@@ -82,7 +83,7 @@ def check_handlers(
     and deploys, not the first drain after an incident; the same for the kill
     limit every drain reads when it starts."""
     errors: list[checks.CheckMessage] = []
-    for problem in handler_problems(conf.HANDLERS):
+    for problem in handler_problems(handlers_setting()):
         check_id, hint = _HANDLER_HINT[problem.kind]
         errors.append(checks.Error(f"{problem}.", hint=hint, id=check_id))
     errors += problem_error(

@@ -4,7 +4,7 @@ E024, E026 to E028), the alert rules among them."""
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 from urllib.parse import urlsplit
@@ -14,8 +14,13 @@ from django.core import checks
 
 from deadletter.checks.database import check_database
 from deadletter.conf import ALERT_RULES, DEFAULT_API_THROTTLE_RATES, conf
-from deadletter.drain.policy import alerts_problems
-from deadletter.queue import limits, redaction
+from deadletter.queue import redaction
+from deadletter.queue.config import (
+    MAX_AGE_LIMIT,
+    alerts_problems,
+    archive_for_problem,
+    queue_configs,
+)
 
 
 def check_settings(
@@ -34,7 +39,7 @@ def check_settings(
             )
         )
     errors += problem_error(
-        limits.archive_for_problem(conf.raw("ARCHIVE_FOR"), "DEADLETTER_ARCHIVE_FOR"),
+        archive_for_problem(conf.raw("ARCHIVE_FOR"), "DEADLETTER_ARCHIVE_FOR"),
         hint="Leave it unset for 30 days, or set e.g. DEADLETTER_ARCHIVE_FOR = "
         "timedelta(days=90); None keeps for ever, timedelta(0) turns the archive off.",
         check_id="deadletter.E023",
@@ -134,12 +139,10 @@ def _check_alerts() -> list[checks.CheckMessage]:
 
 def any_alert_rule_on() -> bool:
     """Whether `DEADLETTER_ALERTS` or any queue's `alerts` turns a rule on."""
-    specs = [conf.raw("ALERTS")]
-    handlers = conf.raw("HANDLERS")
-    if isinstance(handlers, dict):
-        specs += [v.get("alerts") for v in handlers.values() if isinstance(v, dict)]
+    specs = [conf.raw("ALERTS"), *(config.alerts for config in queue_configs())]
     return any(
-        isinstance(spec, dict) and any(spec.get(rule) not in (None, False) for rule in ALERT_RULES)
+        isinstance(spec, Mapping)
+        and any(spec.get(rule) not in (None, False) for rule in ALERT_RULES)
         for spec in specs
     )
 
@@ -175,7 +178,7 @@ def api_queues_problem(value: Any) -> str | None:
 
 # The largest limits a signed 64-bit count holds (Go's time.Duration, the C speed-up's
 # comparisons): beyond them a value is a mistake, not a limit.
-MAX_QUEUE_AGE_LIMIT = limits.MAX_AGE_LIMIT
+MAX_QUEUE_AGE_LIMIT = MAX_AGE_LIMIT
 MAX_ROW_BYTES_LIMIT = 2**63 - 1
 
 

@@ -16,14 +16,15 @@ from django.utils.module_loading import import_string
 
 from deadletter.conf import BUILTIN_HANDLERS, conf
 from deadletter.drain.errors import DrainConfigError
-from deadletter.drain.policy import (
-    Policy,
+from deadletter.drain.policy import Policy, policy_of
+from deadletter.queue.config import (
     backoff_problem,
     breaker_problem,
     handler_path,
+    handlers_setting,
     max_attempts_problem,
-    policy_of,
     policy_problems,
+    queue_config,
 )
 from deadletter.wire import keys
 from deadletter.wire.messages import Message
@@ -174,7 +175,7 @@ def configured_handlers(named: Collection[str] = ()) -> Any:
     that names no queue and sends no alert (`DEADLETTER_ALERTS` empty) gets only the
     built-in ones in `named`: a site without handlers of its own runs no drain
     unless asked for one of them, and one that alerts retries what it could not send."""
-    handlers = conf.HANDLERS
+    handlers = handlers_setting()
     if not isinstance(handlers, Mapping):
         return handlers
     wanted = bool(handlers) or bool(conf.ALERTS)
@@ -203,7 +204,9 @@ def load_handlers(queues: Sequence[str] | None = None) -> dict[str, Loaded]:
         )
     loaded = {}
     for name in wanted:
-        policy = policy_of(name, configured[name])
+        config = queue_config(name, builtin=True)
+        assert config is not None  # configured above
+        policy = policy_of(config)
         handler = import_string(policy.path)
         loaded[name] = Loaded(policy.path, handler, policy, takes_context(handler) is True)
     return loaded

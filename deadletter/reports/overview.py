@@ -15,10 +15,10 @@ from typing import Any
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from deadletter.conf import BUILTIN_HANDLERS, conf
 from deadletter.models import ArchivedMessage
 from deadletter.queue import age
 from deadletter.queue.api import queue_names
+from deadletter.queue.config import queue_config
 from deadletter.queue.waiting import last_passes
 from deadletter.reports import summaries
 from deadletter.store import sql
@@ -230,7 +230,6 @@ def overview(
         found = _union_rows(cursor, selects)
     by_queue = causes_by_queue(names)
     passes = last_passes(names)
-    handlers = conf.HANDLERS
     return [
         QueueOverview(
             name=name,
@@ -243,7 +242,7 @@ def overview(
             causes=by_queue.get(name, []),
             waiting=_count(waiting),
             paused=name in passes and passes[name].paused,
-            no_handler=bool(depth) and name not in handlers and name not in BUILTIN_HANDLERS,
+            no_handler=bool(depth) and queue_config(name, builtin=True) is None,
             archived=_count(archived),
             killed=_count(killed),
         )

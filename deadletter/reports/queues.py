@@ -14,9 +14,9 @@ from __future__ import annotations
 import dataclasses
 from datetime import datetime
 
-from deadletter.conf import conf
 from deadletter.models import DROP_TABLE
 from deadletter.queue.api import walk_queue_names
+from deadletter.queue.config import queue_config
 from deadletter.store import sql
 from deadletter.store.counters import DROP_REASONS, drop_counts
 from deadletter.wire import keys
@@ -94,7 +94,7 @@ def is_known_queue(name: str) -> bool:
     handler in `DEADLETTER_HANDLERS` or has dropped a message. `ValueError` for
     an invalid name."""
     keys.encode_queue_name(name)
-    if name in conf.HANDLERS or holds_a_row(name):
+    if queue_config(name) is not None or holds_a_row(name):
         return True
     return bool(drop_counts(sql.connection(), [name]))
 

@@ -40,6 +40,7 @@ from deadletter.conf import conf
 from deadletter.models import DROP_TABLE, ArchivedMessage
 from deadletter.queue import limits
 from deadletter.queue.archive_retention import archived_counts, archived_queues
+from deadletter.queue.config import configured_queues
 from deadletter.queue.rows import attempts_of
 from deadletter.queue.waiting import last_passes, waiting
 from deadletter.reports import queues as queue_pages
@@ -202,20 +203,17 @@ def listed_queues(limit: int) -> tuple[list[str], bool]:
     queues; and whether any queue was left out. About `limit` index seeks (on the
     queue table and the archive's queue index) plus one per handler."""
     connection = sql.connection()
-    configured = [n for n in conf.HANDLERS if _valid(n)]
+    named = configured_queues()
+    configured = [n for n in named if _valid(n)]
     held = [name for name in configured if queue_pages.holds_a_row(name)]
     dropped = drop_counts(connection, configured) if configured else {}
     kept = [n for n, count in archived_counts(configured).items() if count]
     listed = set(held) | set(dropped) | set(kept)
     page = queue_pages.page_after(None, limit + len(configured))
-    others = [n for n in page.names if n not in conf.HANDLERS]
-    dropping = [
-        n for n in drop_queues(connection, limit + len(configured)) if n not in conf.HANDLERS
-    ]
+    others = [n for n in page.names if n not in named]
+    dropping = [n for n in drop_queues(connection, limit + len(configured)) if n not in named]
     keeping = [
-        n
-        for n in itertools.islice(archived_queues(), limit + len(configured))
-        if n not in conf.HANDLERS
+        n for n in itertools.islice(archived_queues(), limit + len(configured)) if n not in named
     ]
     merged = sorted(set(others) | set(dropping) | set(keeping), key=keys.encode_queue_name)
     left_out = len(merged) > limit or page.more_after

@@ -16,6 +16,7 @@ from typing import Any
 from deadletter.conf import conf
 from deadletter.exceptions import NeedsOperator, PermanentFailure
 from deadletter.queue.alert_channels import MAIL_ADMINS, WEBHOOK, channel_problems
+from deadletter.queue.config import queue_configs
 from deadletter.reports.alerts.channels import ALERT_KEY, CHANNEL_KEY, SEAL, Channel, deliver
 from deadletter.wire.messages import Message
 
@@ -67,11 +68,9 @@ def configured_webhook(url: Any, queues: Sequence[str] = ()) -> Mapping[str, str
 
 
 def _configured_channels(queues: Sequence[str]) -> Iterator[Any]:
-    handlers = conf.HANDLERS if isinstance(conf.HANDLERS, Mapping) else {}
-    names = [*(q for q in queues if q in handlers), *(q for q in handlers if q not in queues)]
-    policies = [handlers[name] for name in names]
-    specs = [p.get("alerts") for p in policies if isinstance(p, Mapping)]
-    for rules in (*specs, conf.ALERTS):
+    configs = {config.name: config for config in queue_configs()}
+    names = [*(q for q in queues if q in configs), *(q for q in configs if q not in queues)]
+    for rules in (*(configs[name].alerts for name in names), conf.ALERTS):
         channels = rules.get("channels") if isinstance(rules, Mapping) else None
         if isinstance(channels, list | tuple):
             yield from channels

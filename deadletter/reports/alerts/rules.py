@@ -12,6 +12,7 @@ from datetime import timedelta
 from typing import Any
 
 from deadletter.conf import conf
+from deadletter.queue import config as queue_settings
 
 __all__ = ["Rules", "any_rule_on", "configured_queues", "rules_for"]
 
@@ -51,15 +52,10 @@ class Rules:
         )
 
 
-def _queue_spec(queue: str) -> Mapping[str, Any]:
-    value = conf.HANDLERS.get(queue)
-    spec = value.get("alerts") if isinstance(value, Mapping) else None
-    return spec if isinstance(spec, Mapping) else {}
-
-
 def rules_for(queue: str) -> Rules:
     """The rules in force for `queue`: the global ones with its own over them."""
-    merged: dict[str, Any] = {**conf.ALERTS, **_queue_spec(queue)}
+    config = queue_settings.queue_config(queue)
+    merged: dict[str, Any] = {**conf.ALERTS, **(config.alerts if config is not None else {})}
     expiring = merged.get("expiring")
     if expiring is True:
         expiring = conf.EXPIRY_WARNING
@@ -79,7 +75,7 @@ def rules_for(queue: str) -> Rules:
 def configured_queues() -> list[str]:
     """The queues named in `DEADLETTER_HANDLERS` (a queue with rules of its own, or
     one the drain passes over, though it holds nothing yet)."""
-    return sorted(str(name) for name in conf.HANDLERS)
+    return sorted(queue_settings.configured_queues())
 
 
 def any_rule_on(queues: Sequence[str]) -> bool:
