@@ -40,6 +40,7 @@ from deadletter.conf import conf
 from deadletter.models import ArchivedMessage, HexKey, QueuedMessage
 from deadletter.queue import archive, limits
 from deadletter.queue.access import Scope
+from deadletter.queue.config import queue_configs
 from deadletter.wire import keys
 
 VIEW = "deadletter.view_archivedmessage"
@@ -105,7 +106,7 @@ def fate(queues: Iterable[str] | None, *, one: bool = False, scope: Scope | None
 
 
 def _queues_with_own_retention() -> list[str]:
-    return [name for name in conf.HANDLERS if isinstance(conf.HANDLERS.get(name), dict)]
+    return [config.name for config in queue_configs() if config.own_policy]
 
 
 def restored_text(entry_queue: str, restored: archive.Restored) -> str:

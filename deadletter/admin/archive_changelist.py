@@ -28,14 +28,14 @@ from deadletter.models import ArchivedMessage
 from deadletter.queue import access, archive_pages, search
 from deadletter.queue.archive_retention import archived_queues
 from deadletter.queue.redaction import reveals
+from deadletter.queue.search import qualifiers
 
 CURSOR = "cursor"
 
 SEARCH_HELP = (
-    'The live list\'s search (whole words, "a phrase", subject:, user:, error:, code:, '
-    'cause:"…", key:<hex>, NAME:value), checked on each archived message: the archive '
-    f"has no search index, so a page looks through {archive_pages.WINDOW:,} archived "
-    "messages at most, newest first, and next › goes on from where it stopped."
+    f"The live list's search ({qualifiers.summary()}), checked on each archived message: "
+    f"the archive has no search index, so a page looks through {archive_pages.WINDOW:,} "
+    "archived messages at most, newest first, and next › goes on from where it stopped."
 )
 
 

@@ -27,6 +27,7 @@ from deadletter.api.fields import (
 from deadletter.conf import conf
 from deadletter.queue import age, browse, history, redaction, seals, search
 from deadletter.queue.browse import Row
+from deadletter.queue.search import qualifiers
 from deadletter.reports.summaries import QueueStatus
 from deadletter.wire import codec, keys
 from deadletter.wire.messages import Message
@@ -275,12 +276,7 @@ class PageQuerySerializer(serializers.Serializer):
         allow_blank=True,
         trim_whitespace=True,
         max_length=search.MAX_QUERY_CHARS,
-        help_text=(
-            'The search: whole words, "phrases", subject:, user:, error:, code:, cause:, '
-            "key:<hex prefix>, after:/before:<ISO date> (the first failure; after:>, "
-            "before:<= too), attempts:>3, age:>2d, NAME:value for another key; every term "
-            "must hold (docs/search.md)."
-        ),
+        help_text=qualifiers.help_text(),
     )
 
     def validate_q(self, value: str) -> search.Query:
