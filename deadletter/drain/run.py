@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import signal
 import time
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
@@ -37,6 +38,7 @@ from deadletter.drain.handlers import load_handlers
 from deadletter.drain.locking import QueueLock
 from deadletter.drain.options import DrainOptions
 from deadletter.drain.report import DrainReport, Outcome
+from deadletter.drain.stopping import SignalGuard
 from deadletter.drain.timeouts import TimeLimit, configured_handler_timeout
 from deadletter.drain.workers import Budget, Cursor, Guard, Worker, WorkerPool
 from deadletter.queue import browse, claim_transactions, claims, waiting
@@ -61,10 +63,10 @@ class Drainer:
     settled message (a progress bar); `log_progress` logs a line every
     `PROGRESS_EVERY` seconds.
 
-    With `workers` above 1 a run makes a `WorkerPool` and is its `Drain`: the
-    pool forks, and in each worker calls back `enlist` and `work`, which hand
-    messages over on the pool's shared cursors and budget. With `concurrency`
-    above 1 each process (each worker) has that many messages in hand at once.
+    With `workers` above 1 a run makes a `WorkerPool`: the pool forks, and in
+    each worker calls back `_work_as_worker`, which hands messages over on the
+    pool's shared cursors and budget. With `concurrency` above 1 each process
+    (each worker) has that many messages in hand at once.
     """
 
     def __init__(
@@ -115,7 +117,7 @@ class Drainer:
         self._stop(reason)
 
     def stopping(self) -> bool:
-        """Whether the run was asked to stop (a pool passes it on to its workers)."""
+        """Whether the run was asked to stop (`serve` ends its passes on it)."""
         return self._stop.is_set()
 
     def pause_between_passes(self, seconds: float) -> None:
@@ -246,30 +248,37 @@ class Drainer:
             return
         options = self.options
         pool = WorkerPool(
-            self,
             queues=self.queues,
             workers=options.workers,
             limit=options.limit,
-            grace=options.grace,
+            stop=self._stop,
+            on_outcome=self.notify,
+            work=self._work_as_worker,
         )
         pool.run(report)
 
     # -- a worker process's share (called by its WorkerPool)
 
-    def enlist(self, worker: Worker) -> None:
-        """Become one worker of the pool, in the forked process: stop and pacing
+    def _work_as_worker(self, worker: Worker, report: DrainReport) -> None:
+        """A worker's share of the run, in the forked process: stop and pacing
         start afresh, claims go through the pool's shared cursors and budget,
-        outcomes to the parent over the worker's pipe."""
+        outcomes to the parent over the worker's pipe; each queue is walked up
+        to the parent's snapshot of its tail, checking for a stop (or a lost
+        parent) between queues. A stop waits `grace` for the message in hand,
+        as the parent does."""
         self._stop = Stop()
         self._pace = self._new_pace()
         self._worker = worker
         self._cursors = worker.cursors
         self._budget = worker.budget
-
-    def work(self, report: DrainReport) -> None:
-        """A worker's share of the run: each queue up to the parent's snapshot of
-        its tail, checking for a stop (or a lost parent) between queues."""
-        self._drain_queues(self._delivery(report))
+        try:
+            with SignalGuard(self, (signal.SIGTERM,), grace=self.options.grace):
+                try:
+                    self._drain_queues(self._delivery(report))
+                except DrainAborted as exc:
+                    report.aborted_by = exc.signame
+        finally:
+            report.stopped_by = self.stopped_by
 
     def notify(self, outcome: Outcome) -> None:
         """One settled message, to `on_outcome`: in a worker by way of the

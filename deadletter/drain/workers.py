@@ -2,9 +2,11 @@
 side, sharing the run's position in each queue and its `--limit` budget in
 shared memory under an flock, and report to the parent over pipes.
 
-`run.Drainer` makes a `WorkerPool` for a run with workers and hands it itself
-as a `Drain`: the pool forks and watches, and each worker runs the drainer's
-claiming loop through its `Worker` (shared position, budget, pipe).
+`run.Drainer` makes a `WorkerPool` for a run with workers and hands it the
+run's stop (an event), where settled messages go and the work a worker does: the pool
+forks and watches, and each worker runs the drainer's claiming loop through
+its `Worker` (shared position, budget, pipe). Plain callables rather than the
+drainer itself, so `workers` stays below `run`.
 """
 
 from __future__ import annotations
@@ -17,22 +19,22 @@ import os
 import pickle
 import signal
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from multiprocessing import connection as mp_connection
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
-from typing import Any, Protocol, cast
+from typing import Any, cast
 
 from django.db import connections
 
 from deadletter import queue
 from deadletter.drain.errors import DrainAborted
 from deadletter.drain.report import DrainReport, Outcome
-from deadletter.drain.stopping import SignalGuard
 from deadletter.wire import keys
 
-__all__ = ["ABORT", "Budget", "Cursor", "Drain", "Guard", "Worker", "WorkerPool"]
+__all__ = ["ABORT", "Budget", "Cursor", "Guard", "Worker", "WorkerPool"]
 
 logger = logging.getLogger("deadletter")
 
@@ -140,27 +142,6 @@ class Budget:
             self._add(-1)
 
 
-class Drain(Protocol):
-    """The calls a `WorkerPool` makes back on the drain it works for (`run.Drainer`).
-
-    A protocol rather than an import, so `workers` stays below `run`: the run
-    loop owns the pool, never the other way round.
-    """
-
-    @property
-    def stopped_by(self) -> str | None: ...
-
-    def stop(self, reason: str = ...) -> None: ...
-
-    def stopping(self) -> bool: ...
-
-    def notify(self, outcome: Outcome) -> None: ...
-
-    def enlist(self, worker: Worker) -> None: ...
-
-    def work(self, report: DrainReport) -> None: ...
-
-
 class Worker:
     """One worker process's end of the pool: the run's shared position and
     budget it claims through, and the pipe it reports on to its parent.
@@ -213,23 +194,27 @@ class WorkerPool:
 
     The pool owns what the workers share (the flock guard, a cursor a queue,
     the `--limit` budget, all in shared memory), the pipes and the processes;
-    the drain it is given does the claiming, in each worker (`Drain.work`).
+    `work` does the claiming, in each worker, and fills the worker's report;
+    `stop` is the run's, passed on to the workers; `on_outcome` hears, in the
+    parent, of each message a worker settled.
     """
 
     def __init__(
         self,
-        drain: Drain,
         *,
         queues: Sequence[str],
         workers: int,
         limit: int | None,
-        grace: float | None,
+        stop: threading.Event,
+        on_outcome: Callable[[Outcome], None],
+        work: Callable[[Worker, DrainReport], None],
     ) -> None:
-        self._drain = drain
+        self._stop = stop
+        self._on_outcome = on_outcome
+        self._work = work
         self._queues = list(queues)
         self._count = workers
         self._limit = limit
-        self._grace = grace
         self._ctx = multiprocessing.get_context("fork")
         self._procs: list[BaseProcess] = []
         self._readers: dict[Connection[Any, Any], BaseProcess] = {}
@@ -273,7 +258,7 @@ class WorkerPool:
         told = False
         try:
             while self._readers:
-                if self._drain.stopping() and not told:
+                if self._stop.is_set() and not told:
                     told = self._signal_workers()
                 self._read_ready(report)
         except DrainAborted:
@@ -314,7 +299,7 @@ class WorkerPool:
             conn.close()
             return
         if kind == "outcome":
-            self._drain.notify(Outcome(payload))
+            self._on_outcome(Outcome(payload))
         elif kind == "report":
             report.merge(payload)
 
@@ -322,22 +307,15 @@ class WorkerPool:
 
     def _worker_main(self, worker: Worker) -> None:
         """A worker process: SIGINT is left to the parent (which passes a stop on
-        as SIGTERM), so one Ctrl-C on a terminal is not counted twice; a stop
-        waits `grace` for the message in hand, as the parent does."""
+        as SIGTERM), so one Ctrl-C on a terminal is not counted twice."""
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(ABORT, _abort)
-        self._drain.enlist(worker)
         report = DrainReport(queues=list(self._queues), workers=1)
         try:
-            with SignalGuard(self._drain, (signal.SIGTERM,), grace=self._grace):
-                try:
-                    self._drain.work(report)
-                except DrainAborted as exc:
-                    report.aborted_by = exc.signame
+            self._work(worker, report)
         except Exception:
             logger.exception("drain worker failed index=%s", worker.index)
             report.errors += 1
         finally:
-            report.stopped_by = self._drain.stopped_by
             worker.finish(report)
             connections.close_all()
