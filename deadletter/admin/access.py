@@ -8,6 +8,8 @@ drops the selected rows outside the user's grant and says how many.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 from django import forms
@@ -41,18 +43,26 @@ def key_queue(object_id: str) -> str | None:
 
 def require(request: HttpRequest, object_id: str, action: str = "view") -> None:
     """Http404 when the key's queue is not one the user may view, PermissionDenied
-    when they may view it but not do `action` there. Judged on the key's queue, not
-    on whether the row exists: a key of another team's queue tells nothing."""
-    found = scope(request)
-    if found.unrestricted:
-        return
+    when they may view it but not do `action` there (`queue.access.require`). Judged
+    on the key's queue, not on whether the row exists: a key of another team's queue
+    tells nothing. Text that is not a key is left to the page, which finds no row."""
     queue = key_queue(object_id)
     if queue is None:
         return
-    if not found.allows(queue):
-        raise Http404(NOT_FOUND)
-    if not found.allows(queue, action):
-        raise PermissionDenied
+    with answered():
+        access.require(scope(request), queue, action)
+
+
+@contextlib.contextmanager
+def answered() -> Iterator[None]:
+    """The admin's answer to a refusal of `queue.access` raised within: `Hidden` as a
+    missing message (Http404), `Forbidden` as PermissionDenied (403)."""
+    try:
+        yield
+    except access.Hidden:
+        raise Http404(NOT_FOUND) from None
+    except access.Forbidden:
+        raise PermissionDenied from None
 
 
 def within(

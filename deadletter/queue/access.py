@@ -1,4 +1,5 @@
-"""Who may act on which queue: the `QueueAccess` rows of a user and their groups.
+"""Who may act on which queue: the `QueueAccess` rows of a user and their groups,
+read once into a `Scope`, and the one decision every edge asks (`require`).
 
 Once a project has any `QueueAccess` row, a user who is not a superuser sees
 and acts on only the queues a row of theirs (their own or a group's) grants;
@@ -7,14 +8,15 @@ apply. The model permission is always checked on top, by the caller.
 
 Rules add up: an action is granted on a queue when some rule whose pattern
 matches the queue grants it, and the queue is also granted `view` by some
-rule (a message one cannot see is one one cannot act on: it is a 404).
-A pattern is `fnmatch.fnmatchcase`-style (`access_patterns`). Any rule costs
-what a prefix costs: a literal name is the queue's key range, a literal prefix
-followed by one trailing `*` the range of every name with that prefix, and any
-other pattern the range of its literal prefix (everything for `*-billing`)
-with the pattern tested on each row's queue name, one condition of fixed size
-in SQL (`queue_q`), never a list of the queues it matches. Pages read the
-queues a pattern matches in turn, walking the queue names of its prefix's
+rule (a message one cannot see is one one cannot act on: it is `Hidden`, a 404;
+an action not granted on a queue one sees is `Forbidden`, a 403). A pattern is
+`fnmatch.fnmatchcase`-style (`access_patterns`). Any rule costs what a prefix
+costs (`access_ranges`): a literal name is the queue's key range, a literal
+prefix followed by one trailing `*` the range of every name with that prefix,
+and any other pattern the range of its literal prefix (everything for
+`*-billing`) with the pattern tested on each row's queue name, one condition of
+fixed size in SQL (`queue_q`), never a list of the queues it matches. Pages read
+the queues a pattern matches in turn, walking the queue names of its prefix's
 range a page at a time (`Spans`, `granted_names`), each statement bounded.
 """
 
@@ -27,28 +29,45 @@ from typing import Any
 
 from django.db.models import BooleanField, Case, F, Q, QuerySet, Subquery, Value, When
 
+from deadletter.exceptions import DeadletterError
 from deadletter.models import QueueAccess
 from deadletter.queue.access_patterns import Pattern, QueueNameMatches, compiled
-from deadletter.store import scans, sql
+from deadletter.queue.access_ranges import (
+    Interval,
+    clipped,
+    inside,
+    intersect,
+    merge,
+    names_between,
+    pattern_parts,
+    ranges_q,
+)
 from deadletter.wire import keys
 
-__all__ = ["ACTIONS", "RESOLVE_LIMIT", "Scope", "Spans", "can", "may_change_rules", "scope_of"]
+__all__ = [
+    "ACTIONS",
+    "RESOLVE_LIMIT",
+    "Denied",
+    "Hidden",
+    "Forbidden",
+    "Scope",
+    "Spans",
+    "can",
+    "may_change_rules",
+    "require",
+    "scope_of",
+]
 
 ACTIONS = ("view", "retry", "edit", "delete", "redrive")
 # The most queue names a list filter walks to offer a restricted user's choices.
 RESOLVE_LIMIT = 10_000
-# Queue names walked a statement: the first page small (a page of rows needs few
-# queues), then twice as many each time up to this.
-_WALK_PAGE = 1_000
+# Queue names a page's walk reads first (a page of rows needs few queues); then
+# twice as many each time (`access_ranges.names_between`).
 _FIRST_WALK = 32
 # Key ranges counted a statement (`Scope.count`), and the most rows it tests one
 # by one against a pattern instead.
 _COUNTED_RANGES = 64
 _TESTED_ROWS = 20_000
-_WILDCARDS = frozenset("*?[")
-
-# A key interval [low, high); high None: no upper bound.
-_Interval = tuple[bytes, bytes | None]
 
 
 class Scope:
@@ -99,52 +118,52 @@ class Scope:
         if self.unrestricted:
             return Q()
         if self.is_exact(action):
-            return _ranges_q(self.intervals(action), field)
+            return ranges_q(self.intervals(action), field)
         found = self._pattern_q("view", field)
         return found if action == "view" else found & self._pattern_q(action, field)
 
     def _pattern_q(self, action: str, field: str) -> Q:
         exact, globs = self._parts(action)
-        found = _ranges_q(exact, field)
+        found = ranges_q(exact, field)
         # The pattern alone: its prefix's range beside it would be a second lower bound
         # on the key, which SQLite may pick over the page's own and walk from there.
         for _, pattern in globs:
             found |= Q(QueueNameMatches(F(field), pattern))
         return found
 
-    def _parts(self, action: str) -> tuple[list[_Interval], list[tuple[_Interval, Pattern]]]:
+    def _parts(self, action: str) -> tuple[list[Interval], list[tuple[Interval, Pattern]]]:
         """The exact key ranges of `action`'s names and prefixes (merged), and each
         other pattern with the range of its literal prefix."""
         key = f"parts:{action}"
         cached = self._cache.get(key)
         if cached is None:
-            exact: list[_Interval] = []
-            globs: list[tuple[_Interval, Pattern]] = []
+            exact: list[Interval] = []
+            globs: list[tuple[Interval, Pattern]] = []
             for pattern in sorted(self._patterns[action]):
-                span, glob = _pattern_parts(pattern)
+                span, glob = pattern_parts(pattern)
                 if glob is not None and span is not None:
                     globs.append((span, glob))
                 elif span is not None:
                     exact.append(span)
-            cached = self._cache[key] = (_merge(exact), globs)
+            cached = self._cache[key] = (merge(exact), globs)
         return cached
 
-    def _both(self, action: str) -> tuple[list[_Interval], list[_Interval]]:
+    def _both(self, action: str) -> tuple[list[Interval], list[Interval]]:
         """`(covering, exact)` for `action` (with `view`): the key intervals its
         granted queues lie in, and those whose every key is granted."""
         key = f"both:{action}"
         cached = self._cache.get(key)
         if cached is None:
             exact, globs = self._parts("view")
-            covering = _merge([*exact, *(span for span, _ in globs)])
+            covering = merge([*exact, *(span for span, _ in globs)])
             if action != "view":
                 a_exact, a_globs = self._parts(action)
-                covering = _intersect(covering, _merge([*a_exact, *(s for s, _ in a_globs)]))
-                exact = _intersect(exact, a_exact)
+                covering = intersect(covering, merge([*a_exact, *(s for s, _ in a_globs)]))
+                exact = intersect(exact, a_exact)
             cached = self._cache[key] = (covering, exact)
         return cached
 
-    def intervals(self, action: str = "view") -> list[_Interval]:
+    def intervals(self, action: str = "view") -> list[Interval]:
         """The sorted, disjoint key intervals the queues where `action` is allowed lie
         in (not for an unrestricted scope, which has no limit): exactly their rows
         when `is_exact`, else a pattern's rows among others of its prefix."""
@@ -186,11 +205,11 @@ class Scope:
         else:
             bound = None if after is None else keys.encode_queue_name(after) + b"\x01"
         descending = before is not None
-        spans: list[_Interval] = [(b"", None)] if self.unrestricted else self.intervals(action)
+        spans: list[Interval] = [(b"", None)] if self.unrestricted else self.intervals(action)
         exact = self.unrestricted or self.is_exact(action)
         found: list[str] = []
-        for low, high in _clipped(spans, bound, descending):
-            for name in _names_between(low, high, descending, first=limit):
+        for low, high in clipped(spans, bound, descending):
+            for name in names_between(low, high, descending, first=limit):
                 if exact or self.allows(name, action):
                     found.append(name)
                     if len(found) >= limit:
@@ -210,12 +229,12 @@ class Scope:
             if few <= _TESTED_ROWS:
                 return int(rows.filter(self.queue_q(action)).values("key")[: cap + 1].count())
         total = 0
-        chunk: list[_Interval] = []
+        chunk: list[Interval] = []
         for span in itertools.chain(Spans(self, action), [None]):
             if span is not None:
                 chunk.append(span)
             if chunk and (span is None or len(chunk) == _COUNTED_RANGES):
-                part = rows.filter(_ranges_q(chunk, "key")).values("key")
+                part = rows.filter(ranges_q(chunk, "key")).values("key")
                 total += int(part[: cap + 1 - total].count())
                 chunk = []
                 if total > cap:
@@ -223,7 +242,7 @@ class Scope:
         return total
 
 
-class Spans(Sequence[_Interval]):
+class Spans(Sequence[Interval]):
     """The key ranges of a restricted user's queues, read in turn by a page (the
     changelist's, `by_span`) or a search (`search.keys_page(spans=...)`).
 
@@ -257,9 +276,9 @@ class Spans(Sequence[_Interval]):
         )
         self.covering, self._exact = scope._both(action)
         self.exact = self.covering == self._exact
-        self._listed: list[_Interval] | None = None
+        self._listed: list[Interval] | None = None
 
-    def _all(self) -> list[_Interval]:
+    def _all(self) -> list[Interval]:
         if self._listed is None:
             self._listed = list(self.walk())
         return self._listed
@@ -280,179 +299,30 @@ class Spans(Sequence[_Interval]):
         """Whether `key`'s queue is one of the granted queues."""
         return self.exact or self.scope.allows(keys.queue_of(bytes(key)), self.action)
 
-    def __iter__(self) -> Iterator[_Interval]:
+    def __iter__(self) -> Iterator[Interval]:
         return self.walk()
 
-    def __reversed__(self) -> Iterator[_Interval]:
+    def __reversed__(self) -> Iterator[Interval]:
         return self.walk(descending=True)
 
-    def walk(self, *, descending: bool = False) -> Iterator[_Interval]:
+    def walk(self, *, descending: bool = False) -> Iterator[Interval]:
         """The exact ranges in key order (descending: reversed), from the cursor's
         queue when one was given for this direction."""
         start = self._start
         bound = start[0] if start is not None and start[1] == descending else None
-        for low, high in _clipped(self.covering, bound, descending):
-            if self.exact or _inside(low, high, self._exact):
+        for low, high in clipped(self.covering, bound, descending):
+            if self.exact or inside(low, high, self._exact):
                 yield low, high
                 continue
-            for name in _names_between(low, high, descending, first=_FIRST_WALK):
+            for name in names_between(low, high, descending, first=_FIRST_WALK):
                 if self.scope.allows(name, self.action):
                     yield keys.queue_bounds(name)
-
-
-def _ranges_q(spans: Iterable[_Interval], field: str) -> Q:
-    combined: Q | None = None
-    for low, high in spans:
-        part = Q(**{f"{field}__gte": low})
-        if high is not None:
-            part &= Q(**{f"{field}__lt": high})
-        combined = part if combined is None else combined | part
-    return Q(pk__in=[]) if combined is None else combined
-
-
-def _inside(low: bytes, high: bytes | None, spans: list[_Interval]) -> bool:
-    """Whether `[low, high)` lies within one of `spans`."""
-    for s_low, s_high in spans:
-        if s_low <= low and (s_high is None or (high is not None and high <= s_high)):
-            return True
-    return False
-
-
-def _clipped(spans: list[_Interval], bound: bytes | None, descending: bool) -> Iterator[_Interval]:
-    """`spans` in the order read, cut to what lies after `bound` (before it, descending)."""
-    for low, high in reversed(spans) if descending else spans:
-        if bound is None:
-            yield low, high
-        elif descending:
-            if low < bound:
-                yield low, bound if high is None else min(high, bound)
-        elif high is None or high > bound:
-            yield max(low, bound), high
-
-
-def _names_between(
-    low: bytes, high: bytes | None, descending: bool, *, first: int
-) -> Iterator[str]:
-    """The names of the queues holding a row in `[low, high)`, nearest first: one
-    statement of index seeks a page of names, `first` names, then twice as many
-    each time up to `_WALK_PAGE`."""
-    connection = sql.connection()
-    want = max(1, min(first, _WALK_PAGE))
-    cursor: bytes | None = high if descending else low
-    while True:
-        page = _queue_keys(connection, cursor, descending, want, (low, high))
-        for key in page:
-            if (key < low) if descending else (high is not None and key >= high):
-                return
-            yield keys.queue_of(key)
-        if len(page) < want:
-            return
-        cursor = keys.prefix_of(page[-1]) if descending else keys.prefix_of(page[-1]) + b"\x01"
-        want = min(want * 2, _WALK_PAGE)
 
 
 def _checked(action: str) -> str:
     if action not in ACTIONS:
         raise ValueError(f"unknown action {action!r}; one of {', '.join(ACTIONS)}")
     return action
-
-
-def literal_prefix(pattern: str) -> str:
-    """The part of `pattern` before its first wildcard."""
-    for i, char in enumerate(pattern):
-        if char in _WILDCARDS:
-            return pattern[:i]
-    return pattern
-
-
-def _prefix_interval(prefix: str) -> _Interval | None:
-    """Every key whose queue name starts with `prefix`: `[prefix, prefix + 1)`
-    (a key is `name 0x00 ...` and a name holds no NUL, so a key starts with
-    `prefix` exactly when its name does)."""
-    if not prefix:
-        return b"", None
-    if "\x00" in prefix:
-        return None
-    try:
-        raw = prefix.encode("utf-8")
-    except UnicodeEncodeError:
-        return None
-    stripped = raw.rstrip(b"\xff")
-    if not stripped:
-        return raw, None
-    return raw, stripped[:-1] + bytes([stripped[-1] + 1])
-
-
-def _pattern_parts(pattern: str) -> tuple[_Interval | None, Pattern | None]:
-    """A pattern's key range and, for one that is neither a name nor a prefix
-    followed by `*`, the parsed pattern each queue name in that range is tested
-    with (None, None: it grants nothing)."""
-    prefix = literal_prefix(pattern)
-    if prefix == pattern:
-        try:
-            return keys.queue_bounds(pattern), None
-        except ValueError:
-            return None, None
-    span = _prefix_interval(prefix)
-    if pattern[len(prefix) :].strip("*") == "" or span is None:
-        return span, None
-    parsed = compiled(pattern)
-    return (span, parsed) if parsed.parts is not None else (None, None)
-
-
-def _merge(spans: list[_Interval]) -> list[_Interval]:
-    merged: list[_Interval] = []
-    for low, high in sorted(spans, key=lambda span: span[0]):
-        if merged:
-            last_low, last_high = merged[-1]
-            if last_high is None or low <= last_high:
-                if last_high is not None and (high is None or high > last_high):
-                    merged[-1] = (last_low, high)
-                continue
-        merged.append((low, high))
-    return merged
-
-
-def _intersect(left: list[_Interval], right: list[_Interval]) -> list[_Interval]:
-    out: list[_Interval] = []
-    i = j = 0
-    while i < len(left) and j < len(right):
-        low = max(left[i][0], right[j][0])
-        lh, rh = left[i][1], right[j][1]
-        high = rh if lh is None else lh if rh is None else min(lh, rh)
-        if high is None or low < high:
-            out.append((low, high))
-        if rh is None or (lh is not None and lh <= rh):
-            i += 1
-        else:
-            j += 1
-    return out
-
-
-def _queue_keys(
-    connection: Any, bound: bytes | None, descending: bool, limit: int, within: _Interval
-) -> list[bytes]:
-    """`scans.queue_keys`, but one seek a statement on MySQL/MariaDB, whose plan of
-    the recursive walk's correlated seek reads the index from its start (12 s for a
-    bound half-way through 1,000,000 rows, where one seek takes a millisecond),
-    stopping at the first key outside `within`."""
-    if connection.vendor != "mysql":
-        return scans.queue_keys(connection, bound, descending=descending, limit=limit)
-    key, table = sql.key_column(connection), sql.quoted(connection, sql.table())
-    found: list[bytes] = []
-    while len(found) < limit:
-        where = "" if bound is None else f" WHERE {key} {'<' if descending else '>='} %s"
-        order = "DESC" if descending else "ASC"
-        statement = f"SELECT {key} FROM {table}{where} ORDER BY {key} {order} LIMIT 1"
-        rows = sql.read(connection, statement, () if bound is None else (bound,))
-        if not rows:
-            break
-        found.append(bytes(rows[0][0]))
-        low, high = within
-        if found[-1] < low or (high is not None and found[-1] >= high):
-            break
-        bound = keys.prefix_of(found[-1]) + (b"" if descending else b"\x01")
-    return found
 
 
 def _read_scope(user: Any) -> Scope:
@@ -527,3 +397,32 @@ def may_change_rules(user: Any) -> bool:
     write `* / every action` for himself: a rule can never widen its writer's scope
     nor anyone's, because no restricted user writes one."""
     return scope_of(user).unrestricted
+
+
+class Denied(DeadletterError):
+    """The user's scope does not let them do `action` on `queue`: one of the two below,
+    which each edge answers in its own form (the admin and the API map it once)."""
+
+    def __init__(self, queue: str, action: str) -> None:
+        super().__init__(f"Your queue access does not grant {action} on queue {queue!r}.")
+        self.queue = queue
+        self.action = action
+
+
+class Hidden(Denied):
+    """No grant lets the user see `queue`: answered exactly as an absent object (404),
+    so that another team's queue, message or entry tells nothing of what exists."""
+
+
+class Forbidden(Denied):
+    """The user sees `queue` but `action` is not granted there (403)."""
+
+
+def require(scope: Scope, queue: str, action: str = "view") -> None:
+    """Nothing when `scope` (the user's, read once a request) allows `action` on
+    `queue`; else `Forbidden` when it lets them see the queue, `Hidden` when not."""
+    if scope.allows(queue, action):
+        return
+    if action != "view" and scope.allows(queue, "view"):
+        raise Forbidden(queue, action)
+    raise Hidden(queue, action)

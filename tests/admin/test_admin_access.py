@@ -10,11 +10,14 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import Group, Permission, User
+from django.core.exceptions import PermissionDenied
 from django.db import connection
+from django.http import Http404
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from deadletter.admin import QueuedMessageAdmin, searching
+from deadletter.admin import access as admin_access
 from deadletter.admin.archive import ArchivedMessageAdmin
 from deadletter.drain.redrives import plan_redrive
 from deadletter.models import ArchivedMessage, QueueAccess, Redrive
@@ -336,3 +339,15 @@ def test_the_archive_list_is_full_of_granted_entries_behind_other_queues(
     second = open_page(billing, first.link("next ›"))
     assert shown(second) == ["mine-0"]
     assert "next ›" not in {label for label, _ in second.links}
+
+
+def test_a_refusal_raised_below_a_page_answers_as_the_admin_maps_it_once() -> None:
+    """An operator action below the admin asks `queue.access.require` itself: within
+    `answered`, its `Hidden` is the 404 of a missing message, its `Forbidden` a 403."""
+    with pytest.raises(Http404, match="No such message."), admin_access.answered():
+        access.require(access.Scope(unrestricted=False), "support")
+    only_view = access.Scope([("billing.*", ["view"])], unrestricted=False)
+    with pytest.raises(PermissionDenied), admin_access.answered():
+        access.require(only_view, "billing.cards", "delete")
+    with admin_access.answered():
+        access.require(only_view, "billing.cards")

@@ -12,8 +12,10 @@ import pytest
 from django.contrib.auth.models import Group, Permission, User
 from rest_framework.test import APIClient
 
+from deadletter.api.base import handle_exception
+from deadletter.exceptions import DeadletterError
 from deadletter.models import ArchivedMessage, QueueAccess, QueuedMessage, Redrive
-from deadletter.queue import archive_pages
+from deadletter.queue import access, archive_pages
 from deadletter.queue.archive import discard
 from tests.factories import park
 
@@ -327,3 +329,21 @@ def test_the_archive_list_is_full_of_granted_entries_behind_other_queues(
     second = billing.get(first["next"]).json()
     assert subjects(second) == ["mine-0"]
     assert second["next"] is None
+
+
+def test_a_refusal_raised_below_a_view_answers_as_the_api_maps_it_once() -> None:
+    """An operator action below the views asks `queue.access.require` itself: its
+    `Hidden` is the 404 of a missing object, its `Forbidden` the 403 naming the grant;
+    any other deadletter error is still the database's 503."""
+    hidden = handle_exception(access.Hidden("support", "retry"), {})
+    assert hidden is not None
+    assert (hidden.status_code, hidden.data) == (404, {"detail": "Not found."})
+    forbidden = handle_exception(access.Forbidden("billing.cards", "edit"), {})
+    assert forbidden is not None
+    assert forbidden.status_code == 403
+    assert forbidden.data == {
+        "detail": "Your queue access does not grant edit on queue 'billing.cards'."
+    }
+    failed = handle_exception(DeadletterError("the queue database failed"), {})
+    assert failed is not None
+    assert failed.status_code == 503

@@ -83,6 +83,23 @@ def test_an_action_needs_view_on_the_queue_too(queues: list[str]) -> None:
     assert scope.names_filter(queues, "retry") == ["billing.cards"]
 
 
+def test_require_hides_an_unseen_queue_and_forbids_an_action_not_granted() -> None:
+    scope = Scope([("billing*", ["view"]), ("billing.cards", ["retry"])], unrestricted=False)
+    access.require(scope, "billing.cards", "retry")
+    access.require(scope, "billing.refunds")
+    with pytest.raises(access.Forbidden) as forbidden:
+        access.require(scope, "billing.refunds", "retry")
+    assert (
+        str(forbidden.value) == "Your queue access does not grant retry on queue 'billing.refunds'."
+    )
+    assert (forbidden.value.queue, forbidden.value.action) == ("billing.refunds", "retry")
+    with pytest.raises(access.Hidden):
+        access.require(scope, "support", "retry")
+    with pytest.raises(access.Hidden):
+        access.require(scope, "support")
+    access.require(Scope.everything(), "support", "delete")
+
+
 def test_nothing_granted_is_a_q_that_matches_nothing(queues: list[str]) -> None:
     scope = Scope([], unrestricted=False)
     assert queues_seen(scope) == set()
