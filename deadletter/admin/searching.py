@@ -49,8 +49,8 @@ def searched_rows(
     page may read besides."""
     found: list[bytes] = []
     budget = MAX_ACTION_ROWS + lookup.MAX_CANDIDATES
-    rows = search.iter_matching(query, queue=queue, reveal=reveal, spans=spans, budget=budget)
-    for key in rows:
+    rows = search.iter_matching_rows(query, queue=queue, reveal=reveal, spans=spans, budget=budget)
+    for key, _ in rows:
         found.append(key)
         if len(found) > MAX_ACTION_ROWS:
             raise SearchTooBroad(

@@ -18,6 +18,7 @@ from deadletter.queue.causes import signature_at_park
 from deadletter.queue.legacy import split_legacy_rows
 from deadletter.queue.moves import move_msg
 from deadletter.queue.search import (
+    Count,
     count_matching,
     index,
     index_pending,
@@ -150,9 +151,20 @@ def test_a_plan_counts_up_to_its_tail_key_and_a_batch_starts_after_its_cursor() 
     made = park("x 1", "x 2", "x 3")
     park("x 4")
     query = parse("x")
-    assert count_matching(query, queue="q", until_key=made[-1]) == 3
+    assert count_matching(query, queue="q", until_key=made[-1]) == Count(3)
     assert matching_keys(query, queue="q", after_key=made[0], until_key=made[-1]) == made[1:]
-    assert count_matching(parse(""), queue="q", until_key=made[1]) == 2
+    assert count_matching(parse(""), queue="q", until_key=made[1]) == Count(2)
+
+
+@pytest.mark.parametrize("text", ["x", "attempts:0", ""])
+def test_a_bounded_count_stops_at_its_budget_and_says_at_least(text: str) -> None:
+    made = park(*[f"x {n}" for n in range(6)])
+    query = parse(text)
+    counted = count_matching(query, queue="q", until_key=made[-1], budget=3)
+    assert counted.capped and counted.found <= 3
+    assert str(counted) == f"at least {counted.found}"
+    whole = count_matching(query, queue="q", until_key=made[-1], budget=100)
+    assert whole == Count(6) and str(whole) == "6" and int(whole) == 6
 
 
 # --- the index in step with every write path ----------------------------------------

@@ -20,7 +20,8 @@ missed, and one found both ways is yielded once.
 A request reads at most `budget` candidates (postings walked and pending rows
 checked, `MAX_CANDIDATES` for a page), for at most `MAX_SECONDS`: past either,
 before the answer is complete, it stops with `SearchTooCostly` instead of
-answering late or wrongly. Commands and redrives read without a bound.
+answering late or wrongly; a count so bounded answers "at least N" (`Count`).
+Commands and redrives read without a bound.
 
 A search kept to some key ranges (`spans`: a user's granted queues,
 `queue.access.Scope.spans`) walks each range in turn, the pending rows, the
@@ -33,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -50,8 +52,8 @@ __all__ = [
     "MAX_CANDIDATES",
     "MAX_SECONDS",
     "SearchTooCostly",
+    "Count",
     "count_matching",
-    "iter_matching",
     "iter_matching_rows",
     "keys_page",
     "matching_keys",
@@ -266,43 +268,6 @@ def _messages(value: Any) -> list[Message] | None:
     return None
 
 
-def iter_matching(
-    query: Query,
-    *,
-    queue: str | None,
-    after_key: bytes | None = None,
-    before_key: bytes | None = None,
-    descending: bool = False,
-    first_batch: int = _FIRST_BATCH,
-    connection: BaseDatabaseWrapper | None = None,
-    reveal: bool = True,
-    spans: Sequence[Bounds] | None = None,
-    budget: int | None = None,
-) -> Iterator[bytes]:
-    """The keys of the rows `query` matches, in `queue` (None: every queue), after
-    `after_key` and before `before_key` (both exclusive), oldest first (newest
-    first with `descending`). The pending rows of the range are indexed first.
-    Candidates are read `first_batch` at a time, then twice as many each time.
-    `reveal` False: matched in the messages with their redacted values masked
-    (`queue.redaction`), for a user who may not see those values. `spans`: only
-    in these sorted, disjoint key ranges `[low, high)` (high None: no end), each
-    walked in turn; None: anywhere. `budget`: read at most that many candidates,
-    then raise `SearchTooCostly` (None: no bound)."""
-    for key, _ in iter_matching_rows(
-        query,
-        queue=queue,
-        after_key=after_key,
-        before_key=before_key,
-        descending=descending,
-        first_batch=first_batch,
-        connection=connection,
-        reveal=reveal,
-        spans=spans,
-        budget=budget,
-    ):
-        yield key
-
-
 def iter_matching_rows(
     query: Query,
     *,
@@ -316,7 +281,15 @@ def iter_matching_rows(
     spans: Sequence[Bounds] | None = None,
     budget: int | None = None,
 ) -> Iterator[tuple[bytes, bytes]]:
-    """`iter_matching`, each key with its row's stored value (a dump of the matches)."""
+    """The `(key, stored value)` of the rows `query` matches, in `queue` (None: every
+    queue), after `after_key` and before `before_key` (both exclusive), oldest first
+    (newest first with `descending`). The pending rows of the range are indexed
+    first. Candidates are read `first_batch` at a time, then twice as many each
+    time. `reveal` False: matched in the messages with their redacted values masked
+    (`queue.redaction`), for a user who may not see those values. `spans`: only in
+    these sorted, disjoint key ranges `[low, high)` (high None: no end), each walked
+    in turn; None: anywhere. `budget`: read at most that many candidates, then raise
+    `SearchTooCostly` (None: no bound)."""
     connection = connection or sql.connection()
     scope = _scope(query, queue)
     bounds = scope and _narrow(scope, after_key, before_key)
@@ -396,7 +369,7 @@ def matching_keys(
     `until_key`, oldest first: a redrive's next batch from its cursor."""
     before = None if until_key is None else until_key + keys.SEPARATOR
     found: list[bytes] = []
-    for key in iter_matching(
+    for key, _ in iter_matching_rows(
         query,
         queue=queue,
         after_key=after_key,
@@ -411,6 +384,22 @@ def matching_keys(
     return found
 
 
+@dataclass(frozen=True)
+class Count:
+    """How many rows a search matches, as far as its bound let it read: `capped`
+    says it stopped there before the end, so at least `found` match (said "at least
+    N", as an action on a capped selection says it; never a figure taken for all)."""
+
+    found: int
+    capped: bool = False
+
+    def __int__(self) -> int:
+        return self.found
+
+    def __str__(self) -> str:
+        return f"at least {self.found:,}" if self.capped else f"{self.found:,}"
+
+
 def count_matching(
     query: Query,
     *,
@@ -418,34 +407,48 @@ def count_matching(
     until_key: bytes | None = None,
     connection: BaseDatabaseWrapper | None = None,
     reveal: bool = True,
-) -> int:
+    budget: int | None = None,
+) -> Count:
     """How many rows `query` matches (up to and including `until_key`): a redrive's
-    plan. A query on the key and cause only is counted by the database."""
+    plan. A query on the key and cause only is counted by the database. `budget`:
+    read at most that many candidates (`MAX_CANDIDATES`, a page's), and for at most a
+    page's time, then answer a capped count instead of reading on (None: no bound)."""
     connection = connection or sql.connection()
     before = None if until_key is None else until_key + keys.SEPARATOR
     if query.reads_messages:
-        return sum(
-            1
-            for _ in iter_matching(
-                query, queue=queue, before_key=before, connection=connection, reveal=reveal
-            )
+        found = 0
+        matches = iter_matching_rows(
+            query,
+            queue=queue,
+            before_key=before,
+            connection=connection,
+            reveal=reveal,
+            budget=budget,
         )
+        try:
+            for _ in matches:
+                found += 1
+        except SearchTooCostly:
+            return Count(found, capped=True)
+        return Count(found)
     scope = _scope(query, queue)
     bounds = scope and _narrow(scope, None, before)
     if bounds is None:
-        return 0
+        return Count(0)
     key = sql.key_column(connection)
     where = f"{key} >= %s" + ("" if bounds[1] is None else f" AND {key} < %s")
     params: list[Any] = [bounds[0]] if bounds[1] is None else [bounds[0], bounds[1]]
     for cause in query.causes:
         where += " AND signature = %s"
         params.append(cause.signature)
-    rows = sql.read(
-        connection,
-        f"SELECT COUNT(*) FROM {sql.quoted(connection, sql.table())} WHERE {where}",
-        params,
-    )
-    return int(rows[0][0])
+    table = sql.quoted(connection, sql.table())
+    if budget is None:
+        rows = sql.read(connection, f"SELECT COUNT(*) FROM {table} WHERE {where}", params)
+        return Count(int(rows[0][0]))
+    # Up to the budget's rows, one more telling whether it was reached.
+    limited = f"SELECT 1 FROM {table} WHERE {where} LIMIT {int(budget) + 1}"
+    found = int(sql.read(connection, f"SELECT COUNT(*) FROM ({limited}) t", params)[0][0])
+    return Count(min(found, budget), capped=found > budget)
 
 
 def keys_page(
@@ -461,11 +464,11 @@ def keys_page(
 ) -> tuple[list[bytes], bool]:
     """One page of matches, oldest first: after `after_key`, or the page just before
     `before_key`; and whether more match beyond it in the direction read. `spans`:
-    only in those key ranges (`iter_matching`). Reads at most `MAX_CANDIDATES`
+    only in those key ranges (`iter_matching_rows`). Reads at most `MAX_CANDIDATES`
     candidates (`SearchTooCostly` past that)."""
     descending = before_key is not None and after_key is None
     found: list[bytes] = []
-    for key in iter_matching(
+    for key, _ in iter_matching_rows(
         query,
         queue=queue,
         after_key=after_key,
