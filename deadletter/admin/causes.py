@@ -12,7 +12,6 @@ adds to them meanwhile, so a save writes those two columns only).
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
 from typing import Any
 
 from django import forms
@@ -28,7 +27,8 @@ from django.utils.http import urlencode
 
 from deadletter.admin import redrives
 from deadletter.models import Cause
-from deadletter.queue import access, incidents, search
+from deadletter.queue import access, incidents, mutes, search
+from deadletter.queue.refusals import Refused
 
 TEMPLATES = "admin/deadletter/cause"
 # Queues the queue filter lists (a DISTINCT over the causes' (queue, ...) index:
@@ -36,7 +36,6 @@ TEMPLATES = "admin/deadletter/cause"
 MAX_QUEUES_LISTED = 100
 SIGNATURE_SHOWN = 80
 REDRIVE = "redrive_link"
-MUTE_FOR = {"hour": timedelta(hours=1), "day": timedelta(days=1), "week": timedelta(weeks=1)}
 
 
 def granted(request: HttpRequest, causes: QuerySet[Cause]) -> QuerySet[Cause]:
@@ -104,7 +103,7 @@ class MuteForm(forms.Form):
             ("hour", "1 hour"),
             ("day", "1 day"),
             ("week", "1 week"),
-            ("until", "until the date below"),
+            (mutes.UNTIL, "until the date below"),
         ],
         initial="hour",
         widget=forms.RadioSelect,
@@ -115,20 +114,12 @@ class MuteForm(forms.Form):
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
-        if data.get("duration") == "until":
-            until = data.get("until")
-            if until is None:
-                raise forms.ValidationError("Give the date the mute ends.")
-            if until <= timezone.now():
-                raise forms.ValidationError("The date the mute ends is already past.")
+        if "duration" in data:
+            try:
+                data["ends"] = mutes.mute_end(data["duration"], data.get("until"))
+            except Refused as exc:
+                self.add_error(exc.field, exc.message)
         return data
-
-    def ends(self) -> datetime:
-        data = self.cleaned_data
-        if data["duration"] == "until":
-            until: datetime = data["until"]
-            return until
-        return timezone.now() + MUTE_FOR[data["duration"]]
 
 
 def messages_url(cause: Cause) -> str:
@@ -238,7 +229,7 @@ class CauseAdmin(admin.ModelAdmin):
         form = MuteForm(request.POST if "apply" in request.POST else None)
         if not form.is_valid():
             return self._form_page(request, queryset, form, "mute_selected", "Mute")
-        until = form.ends()
+        until = form.cleaned_data["ends"]
         chosen = list(queryset)
         incidents.mute([c.id for c in chosen], until=until, actor=request.user.get_username())
         shown = timezone.localtime(until).strftime("%Y-%m-%d %H:%M %Z")
