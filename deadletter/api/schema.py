@@ -18,7 +18,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from deadletter.api.access import DeadletterView
+from deadletter.api.base import DeadletterView
 
 SCHEMA_SETTINGS: dict[str, Any] = {
     "TITLE": "deadletter API",
