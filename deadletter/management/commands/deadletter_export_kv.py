@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 from argparse import ArgumentParser
-from pathlib import Path
 from typing import Any
 
-from django.core.management.base import CommandError
-
 from deadletter.conf import conf
-from deadletter.management.arguments import add_queue_argument
 from deadletter.management.database import DatabaseCommand
-from deadletter.management.progress import add_progress_argument, is_terminal, progress_bar
+from deadletter.management.kv import add_kv_arguments, transfer
+from deadletter.management.progress import add_progress_argument
 from deadletter.models import QueuedMessage
 from deadletter.transfer import kvfile
 
@@ -25,9 +22,10 @@ class Command(DatabaseCommand):
     )
 
     def add_arguments(self, parser: ArgumentParser) -> None:
-        parser.add_argument("path", type=Path, help="the SQLite file to write")
-        add_queue_argument(
-            parser, "export only this queue (repeat for several); default: every queue"
+        add_kv_arguments(
+            parser,
+            path_help="the SQLite file to write",
+            queue_help="export only this queue (repeat for several); default: every queue",
         )
         parser.add_argument(
             "--force",
@@ -37,22 +35,17 @@ class Command(DatabaseCommand):
         add_progress_argument(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
-        shown = options["progress"] and is_terminal(self.stderr)
-        total = None
-        if shown:
+        def count() -> int:
             rows = QueuedMessage.objects.using(conf.DATABASE)
             names = options["queues"]
-            total = sum(rows.count_rows(n) for n in names) if names else rows.count()
-        try:
-            with progress_bar(
-                self.stderr, total=total, desc="exporting", unit="row", enabled=shown
-            ) as update:
-                report = kvfile.export_kv(
-                    options["path"],
-                    queues=options["queues"],
-                    force=options["force"],
-                    on_rows=update,
-                )
-        except kvfile.KvFileError as exc:
-            raise CommandError(str(exc)) from exc
-        self.stdout.write(kvfile.format_report(report))
+            return sum(rows.count_rows(n) for n in names) if names else rows.count()
+
+        transfer(
+            self,
+            desc="exporting",
+            progress=options["progress"],
+            count=count,
+            run=lambda on_rows: kvfile.export_kv(
+                options["path"], queues=options["queues"], force=options["force"], on_rows=on_rows
+            ),
+        )
