@@ -10,7 +10,6 @@ a setting sends no signal in Django; a test that deletes one sends
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
@@ -66,14 +65,6 @@ _DEFAULTS: dict[str, Any] = {
 }
 _PREFIX = "DEADLETTER_"
 _cache: dict[str, Any] = {}
-
-
-BUILTIN_HANDLERS: Mapping[str, str] = {
-    "deadletter.alerts": "deadletter.reports.alerts.redeliver.handle",
-}
-"""The app's own queues and their handlers, by dotted path (the drain imports no
-`reports` module): alerts a channel could not take are retried like any message.
-A project's own entry for such a queue wins."""
 
 
 def _read(name: str) -> Any:

@@ -14,12 +14,14 @@ from typing import Any, NamedTuple
 
 from django.utils.module_loading import import_string
 
-from deadletter.conf import BUILTIN_HANDLERS, conf
+from deadletter.conf import conf
 from deadletter.drain.errors import DrainConfigError
 from deadletter.drain.policy import Policy, policy_of
+from deadletter.queue import alert_parking
 from deadletter.queue.config import (
     backoff_problem,
     breaker_problem,
+    config_of,
     handler_path,
     handlers_setting,
     max_attempts_problem,
@@ -42,6 +44,12 @@ __all__ = [
 ]
 
 Handler = Callable[..., Message | None]
+
+BUILTIN_HANDLERS: Mapping[str, str] = {
+    alert_parking.QUEUE: f"{alert_parking.handle.__module__}.{alert_parking.handle.__name__}",
+}
+"""The app's own queues and their handlers' dotted paths: alerts a channel could not
+take are retried like any message. A project's own entry for such a queue wins."""
 """`handle(msg)` or `handle(msg, ctx)` (a `DeliveryContext`): `takes_context` says which."""
 
 
@@ -204,9 +212,7 @@ def load_handlers(queues: Sequence[str] | None = None) -> dict[str, Loaded]:
         )
     loaded = {}
     for name in wanted:
-        config = queue_config(name, builtin=True)
-        assert config is not None  # configured above
-        policy = policy_of(config)
+        policy = policy_of(queue_config(name) or config_of(name, configured[name]))
         handler = import_string(policy.path)
         loaded[name] = Loaded(policy.path, handler, policy, takes_context(handler) is True)
     return loaded

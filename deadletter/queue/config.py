@@ -19,7 +19,7 @@ from typing import Any
 
 from django.core.signals import setting_changed
 
-from deadletter.conf import ALERT_KEYS, BUILTIN_HANDLERS, conf
+from deadletter.conf import ALERT_KEYS, conf
 from deadletter.queue.alert_channels import channels_problems
 
 __all__ = [
@@ -32,6 +32,7 @@ __all__ = [
     "archive_for_problem",
     "backoff_problem",
     "breaker_problem",
+    "config_of",
     "configured_queues",
     "editable_problem",
     "handler_path",
@@ -94,11 +95,10 @@ class QueueConfig:
     editable: bool = False
     alerts: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     own_policy: bool = False
-    builtin: bool = False
     problems: tuple[PolicyProblem, ...] = ()
 
 
-_cache: dict[tuple[str, bool], QueueConfig | None] = {}
+_cache: dict[str, QueueConfig | None] = {}
 
 
 def _forget(*, setting: str, **kwargs: Any) -> None:
@@ -132,25 +132,20 @@ def queue_configs() -> tuple[QueueConfig, ...]:
     return tuple(c for c in map(queue_config, configured_queues()) if c is not None)
 
 
-def queue_config(name: str, *, builtin: bool = False) -> QueueConfig | None:
-    """Queue `name`'s settings; None when `DEADLETTER_HANDLERS` does not name it
-    (with `builtin`, the app's own queues count as named: `BUILTIN_HANDLERS`)."""
-    key = (name, builtin)
+def queue_config(name: str) -> QueueConfig | None:
+    """Queue `name`'s settings; None when `DEADLETTER_HANDLERS` does not name it."""
     try:
-        return _cache[key]
+        return _cache[name]
     except KeyError:
-        found = _cache[key] = _parse(name, builtin)
+        handlers = conf.HANDLERS
+        named = isinstance(handlers, Mapping) and name in handlers
+        found = _cache[name] = config_of(name, handlers[name]) if named else None
         return found
 
 
-def _parse(name: str, builtin: bool) -> QueueConfig | None:
-    handlers = conf.HANDLERS
-    if isinstance(handlers, Mapping) and name in handlers:
-        value, is_builtin = handlers[name], False
-    elif builtin and name in BUILTIN_HANDLERS:
-        value, is_builtin = BUILTIN_HANDLERS[name], True
-    else:
-        return None
+def config_of(name: str, value: Any) -> QueueConfig:
+    """The settings a `DEADLETTER_HANDLERS` entry `value` gives queue `name` (the
+    drain's built-in queues have such an entry of their own)."""
     problems = tuple(policy_problems(name, value))
     wrong = {p.key for p in problems} - {"alerts"}
     spec = {
@@ -170,7 +165,6 @@ def _parse(name: str, builtin: bool) -> QueueConfig | None:
         editable=spec.get("editable", False) is True,
         alerts=alerts if isinstance(alerts := spec.get("alerts"), Mapping) else {},
         own_policy=isinstance(value, Mapping),
-        builtin=is_builtin,
         problems=problems,
     )
 

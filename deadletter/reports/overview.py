@@ -16,7 +16,7 @@ from typing import Any
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from deadletter.models import ArchivedMessage
-from deadletter.queue import age
+from deadletter.queue import age, alert_parking
 from deadletter.queue.api import queue_names
 from deadletter.queue.config import queue_config
 from deadletter.queue.waiting import last_passes
@@ -242,7 +242,7 @@ def overview(
             causes=by_queue.get(name, []),
             waiting=_count(waiting),
             paused=name in passes and passes[name].paused,
-            no_handler=bool(depth) and queue_config(name, builtin=True) is None,
+            no_handler=bool(depth) and queue_config(name) is None and name != alert_parking.QUEUE,
             archived=_count(archived),
             killed=_count(killed),
         )

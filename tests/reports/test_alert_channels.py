@@ -27,6 +27,7 @@ from deadletter.checks import check_settings
 from deadletter.drain import Drainer
 from deadletter.models import ArchivedMessage, QueuedMessage
 from deadletter.queue import fetch_failed_msgs, store_failed_msgs
+from deadletter.queue.alert_channels import channel_of
 from deadletter.reports.alerts import channels, redeliver, webhook
 from deadletter.reports.alerts.alert import Alert
 from deadletter.reports.alerts.channels import ALERT_KEY, CHANNEL_KEY, QUEUE, send
@@ -296,10 +297,10 @@ def test_a_queues_own_channels_are_looked_up_before_the_global_ones(settings: An
         },
     }
     configure(settings, hook(url, "global"), hook("https://other.example.com/", "x"))
-    assert redeliver.configured_webhook(url, ["webhooks"]) == hook(url, "the queue's")
-    assert redeliver.configured_webhook(url, ["payments"]) == hook(url, "the queue's")
-    assert redeliver.configured_webhook("https://other.example.com/") == hook(
-        "https://other.example.com/", "x"
+    assert redeliver.configured_webhook(url, ["webhooks"]) == channel_of(hook(url, "the queue's"))
+    assert redeliver.configured_webhook(url, ["payments"]) == channel_of(hook(url, "the queue's"))
+    assert redeliver.configured_webhook("https://other.example.com/") == channel_of(
+        hook("https://other.example.com/", "x")
     )
     assert redeliver.configured_webhook("https://gone.example.com/", ["webhooks"]) is None
     settings.DEADLETTER_HANDLERS = {
@@ -309,9 +310,11 @@ def test_a_queues_own_channels_are_looked_up_before_the_global_ones(settings: An
             "alerts": {"channels": [hook(url, "payments'")]},
         },
     }
-    assert redeliver.configured_webhook(url, ["webhooks"]) == hook(url, "payments'")
+    assert redeliver.configured_webhook(url, ["webhooks"]) == channel_of(hook(url, "payments'"))
     configure(settings, hook(url, "global"))
-    assert redeliver.configured_webhook(url, ["webhooks", "payments"]) == hook(url, "payments'")
+    assert redeliver.configured_webhook(url, ["webhooks", "payments"]) == channel_of(
+        hook(url, "payments'")
+    )
 
 
 def test_a_digest_finds_its_webhook_under_its_items_queues(
@@ -328,7 +331,9 @@ def test_a_digest_finds_its_webhook_under_its_items_queues(
     receiver.status = 500
     assert send(digest, [hook(receiver.url)]) == [receiver.url]
     receiver.status = 200
-    assert redeliver.configured_webhook(receiver.url, ["webhooks"]) == hook(receiver.url)
+    assert redeliver.configured_webhook(receiver.url, ["webhooks"]) == channel_of(
+        hook(receiver.url)
+    )
     [item] = fetch_failed_msgs(QUEUE)
     redeliver.handle(item.msg)
     assert [r.verified for r in receiver.got] == [True, True]
