@@ -43,8 +43,6 @@ from deadletter.queue.access import Scope
 from deadletter.queue.config import queue_configs
 from deadletter.wire import keys
 
-VIEW = "deadletter.view_archivedmessage"
-RESTORE = "deadletter.restore_archivedmessage"
 TEMPLATES = "admin/deadletter/archivedmessage"
 
 
@@ -60,7 +58,7 @@ def row_of(obj: ArchivedMessage) -> QueuedMessage:
 def archive_link(request: HttpRequest) -> str | None:
     """The live list's link to Archived messages, its queue filter carried; None for
     a user who may not view the archive."""
-    if not request.user.has_perm(VIEW):
+    if not request.user.has_perm(archive.VIEW):
         return None
     url = reverse("admin:deadletter_archivedmessage_changelist")
     name = request.GET.get(archive_changelist.QueueFilter.parameter_name)
@@ -153,7 +151,7 @@ class ArchivedMessageAdmin(admin.ModelAdmin):
     # -- permissions and lookups
 
     def has_restore_permission(self, request: HttpRequest) -> bool:
-        return request.user.has_perm(RESTORE)
+        return request.user.has_perm(archive.RESTORE)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
@@ -225,7 +223,7 @@ class ArchivedMessageAdmin(admin.ModelAdmin):
         queue = entry.queue if entry is not None else ""
         context = {
             "has_restore_permission": self.has_restore_permission(request)
-            and scope_of(request).allows(queue, "retry"),
+            and scope_of(request).allows(queue, archive.RESTORE_ACCESS),
             **(extra_context or {}),
         }
         return super().change_view(request, object_id, form_url, context)
@@ -258,7 +256,7 @@ class ArchivedMessageAdmin(admin.ModelAdmin):
                 messages.WARNING,
             )
             return HttpResponseRedirect(reverse("admin:deadletter_archivedmessage_changelist"))
-        if not scope_of(request).allows(obj.queue, "retry"):
+        if not scope_of(request).allows(obj.queue, archive.RESTORE_ACCESS):
             raise PermissionDenied
         if request.method != "POST":
             context = {
@@ -305,7 +303,7 @@ class ArchivedMessageAdmin(admin.ModelAdmin):
         """Each selected entry back in its queue (`archive.restore`, one transaction
         each) until the admin's time budget is spent; only entries of queues the user
         may retry in."""
-        queryset = within(self, request, queryset, "retry", chosen=posted(request))
+        queryset = within(self, request, queryset, archive.RESTORE_ACCESS, chosen=posted(request))
         deadline = time.monotonic() + conf.ADMIN_TIME_BUDGET
         actor = request.user.get_username()
         done: list[str] = []

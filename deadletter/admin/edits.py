@@ -34,7 +34,6 @@ from deadletter.wire import jsonvalues, keys
 from deadletter.wire.gotime import GoOnlyTime, GoTime
 from deadletter.wire.messages import Message
 
-CHANGE = "deadletter.change_queuedmessage"
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 LIST_FIELDS = (
     ("descriptions", "descriptions"),
@@ -48,7 +47,7 @@ def can_edit(request: HttpRequest, key: bytes) -> bool:
     """Whether the user may edit the row `key`: the change permission, on an editable queue."""
     return (
         not keys.is_legacy_key(key)
-        and bool(request.user.has_perm(CHANGE))
+        and bool(request.user.has_perm(edits.PERMISSION))
         and edits.queue_refusal(keys.queue_of(key)) is None
     )
 

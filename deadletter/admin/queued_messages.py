@@ -47,6 +47,7 @@ from deadletter.admin.changelist import CauseFilter, KeysetChangeList, QueueFilt
 from deadletter.admin.timeline import timeline_html
 from deadletter.conf import conf
 from deadletter.models import QueuedMessage
+from deadletter.queue import edits as queue_edits
 from deadletter.queue import redaction, search
 from deadletter.queue.archive import discard
 from deadletter.wire import gotime, keys
@@ -172,7 +173,8 @@ class QueuedMessageAdmin(admin.ModelAdmin):
         context = {
             "has_drain_permission": self.has_drain_permission(request)
             and scope.allows(queue, "retry"),
-            "can_edit": edits.can_edit_text(request, object_id) and scope.allows(queue, "edit"),
+            "can_edit": edits.can_edit_text(request, object_id)
+            and scope.allows(queue, queue_edits.ACCESS),
             **(extra_context or {}),
         }
         return super().change_view(request, object_id, form_url, context)
@@ -231,7 +233,7 @@ class QueuedMessageAdmin(admin.ModelAdmin):
     @drain.outside_request_transactions
     def edit_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         """The message page's "Edit" (`edits`); "Save and retry now" as Retry now."""
-        access.require(request, object_id, "edit")
+        access.require(request, object_id, queue_edits.ACCESS)
         retry = partial(retries.retry_one, self)
         return edits.edit_page(self, request, object_id, retry, self.has_drain_permission(request))
 

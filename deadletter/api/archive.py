@@ -48,9 +48,7 @@ from deadletter.queue import archive, archive_pages, browse, limits, redaction
 from deadletter.queue.archive_pages import Cursor, Filters
 from deadletter.wire import codec, keys
 
-VIEW = "deadletter.view_archivedmessage"
-RESTORE = "deadletter.restore_archivedmessage"
-READ = {"GET": VIEW, "HEAD": VIEW, "OPTIONS": VIEW}
+READ = {"GET": archive.VIEW, "HEAD": archive.VIEW, "OPTIONS": archive.VIEW}
 
 Entry = ArchivedMessage | archive.Archived
 
@@ -273,7 +271,7 @@ class ArchiveRestore(DeadletterView):
     its queue is one your queue access does not let you see (403: it shows the
     queue but grants no retry there)."""
 
-    permissions = {**READ, "POST": RESTORE}
+    permissions = {**READ, "POST": archive.RESTORE}
 
     @openapi(
         operation_id="archive_restore",
@@ -289,14 +287,14 @@ class ArchiveRestore(DeadletterView):
     )
     def post(self, request: Request, key: str) -> Response:
         wanted = _key(key)
-        require(request, keys.queue_of(wanted), "retry", absent=NO_ENTRY)
+        require(request, keys.queue_of(wanted), archive.RESTORE_ACCESS, absent=NO_ENTRY)
         entry = archive.get_archived(wanted)
         if entry is None:
             if QueuedMessage.objects.using(conf.DATABASE).filter(key=wanted).exists():
                 body = _restored(request, wanted, keys.queue_of(wanted), moved=False)
                 return Response(body)
             raise NotFound(NO_ENTRY)
-        require(request, entry.queue, "retry", absent=NO_ENTRY)
+        require(request, entry.queue, archive.RESTORE_ACCESS, absent=NO_ENTRY)
         refusal = api_queue_refusal(entry.queue)
         if refusal is not None:
             raise ValidationError({"queue": [refusal.replace("park into", "restore into")]})

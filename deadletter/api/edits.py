@@ -24,8 +24,6 @@ from deadletter.wire import jsonvalues, keys
 from deadletter.wire.gotime import GoOnlyTime, GoTime
 from deadletter.wire.messages import Message
 
-CHANGE = "deadletter.change_queuedmessage"
-
 IF_MATCH = OpenApiParameter(
     "If-Match",
     str,

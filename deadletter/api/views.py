@@ -266,7 +266,7 @@ class MessageDetail(DeadletterView):
     let you see is a 404 as a missing one is; one you see but may not delete (or
     edit) there, a 403."""
 
-    permissions = {"DELETE": DELETE, "PATCH": edits.CHANGE}
+    permissions = {"DELETE": DELETE, "PATCH": queue_edits.PERMISSION}
 
     @openapi(
         parameters=[KEY, edits.ETAG],
@@ -289,7 +289,7 @@ class MessageDetail(DeadletterView):
     )
     def patch(self, request: Request, key: str) -> Response:
         wanted = _key(key)
-        require(request, keys.queue_of(wanted), "edit", absent=NO_ROW)
+        require(request, keys.queue_of(wanted), queue_edits.ACCESS, absent=NO_ROW)
         return edits.patch(request, wanted)
 
     @openapi(

@@ -35,7 +35,10 @@ from deadletter.wire import codec, keys
 from deadletter.wire.messages import Message
 
 __all__ = [
+    "RESTORE",
+    "RESTORE_ACCESS",
     "UNSEALED_MARK",
+    "VIEW",
     "ArchiveError",
     "Archived",
     "Restored",
@@ -61,6 +64,14 @@ broke: the drain records a `NeedsOperator` as `NeedsOperator: <text>`, and
 An operator deleting such a message archives it as `unsealed`."""
 
 PAGE = 500
+
+VIEW = "deadletter.view_archivedmessage"
+"""The Django permission reading the archive needs (the admin's list, the API's)."""
+RESTORE = "deadletter.restore_archivedmessage"
+"""The Django permission a restore needs."""
+RESTORE_ACCESS = "retry"
+"""The queue access action a restore needs (`queue.access`): it hands the message
+back to its queue's drain, as a retry does."""
 
 
 class ArchiveError(DeadletterError, LookupError):

@@ -36,7 +36,9 @@ from deadletter.wire.gotime import GoOnlyTime, GoTime
 from deadletter.wire.messages import Message
 
 __all__ = [
+    "ACCESS",
     "DRAIN_KEYS",
+    "PERMISSION",
     "SHOWN_CHARS",
     "Change",
     "EditConflict",
@@ -58,6 +60,10 @@ __all__ = [
 
 logger = logging.getLogger("deadletter")
 
+PERMISSION = "deadletter.change_queuedmessage"
+"""The Django permission an edit needs (the admin's form, the API's PATCH)."""
+ACCESS = "edit"
+"""The queue access action an edit needs (`queue.access`)."""
 DRAIN_KEYS = (ATTEMPTS_KEY, LAST_ERROR_KEY)
 """Extra keys the drain keeps (the attempt count, the last error): not edited."""
 SHOWN_CHARS = 200
