@@ -9,7 +9,6 @@ key seen, so no transaction or cursor stays open while the caller works.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import enum
 import logging
@@ -19,7 +18,7 @@ from datetime import UTC, datetime
 from typing import Any, overload
 
 from asgiref.sync import sync_to_async
-from django.db import DatabaseError, connections, transaction
+from django.db import DatabaseError
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from deadletter import signals
@@ -38,6 +37,7 @@ from deadletter.queue.rows import (
     process_row,
 )
 from deadletter.store import detached, reconnect, scans, sql
+from deadletter.store.transactions import transaction_on
 from deadletter.wire import keys
 from deadletter.wire.messages import Message
 
@@ -145,7 +145,7 @@ def _insert(
     the single INSERT in autocommit it always was."""
     if signature is None:
         return insert_value(connection, prefix, value, queue=queue, key=key)
-    with _one_transaction(connection):
+    with transaction_on(connection):
         key = insert_value(connection, prefix, value, queue=queue, key=key, signature=signature)
         try:
             incidents.note_failure(connection, queue, signature, at=datetime.now(UTC))
@@ -153,29 +153,6 @@ def _insert(
             logger.exception("store failed queue=%s", queue)
             raise QueueingError from exc
     return key
-
-
-@contextlib.contextmanager
-def _one_transaction(connection: BaseDatabaseWrapper) -> Iterator[None]:
-    """A transaction on `connection`: the one it is in already (a test case's, a
-    deferred park's flush), an atomic block on the alias's own connection, or by
-    hand on a private one (`detached.private_connection`, not in `connections`)."""
-    if connection.in_atomic_block or not connection.get_autocommit():
-        yield
-    elif connections[connection.alias] is connection:
-        with transaction.atomic(using=connection.alias):
-            yield
-    else:
-        connection.set_autocommit(False)
-        try:
-            yield
-        except BaseException:
-            connection.rollback()
-            raise
-        else:
-            connection.commit()
-        finally:
-            connection.set_autocommit(True)
 
 
 def _present_sql(connection: BaseDatabaseWrapper) -> str:

@@ -10,15 +10,14 @@ connection on a server, or one spool record for the whole list on SQLite.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime
 
-from django.db import DatabaseError, IntegrityError, connections, transaction
+from django.db import DatabaseError, IntegrityError
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from deadletter import signals
@@ -27,6 +26,7 @@ from deadletter.queue import age, incidents, tracing
 from deadletter.queue.causes import signature_at_park
 from deadletter.queue.rows import QueueingError
 from deadletter.store import detached, reconnect, sql
+from deadletter.store.transactions import transaction_on
 from deadletter.wire import codec, keys
 from deadletter.wire.gotime import GoTime
 from deadletter.wire.messages import Message
@@ -165,7 +165,7 @@ def insert_many(
     for _ in range(_INSERT_ATTEMPTS):
         params = [(key, row.value, row.signature) for key, row in zip(handed, rows, strict=True)]
         try:
-            with _transaction(connection):
+            with transaction_on(connection, savepoint=True):
                 if connection.vendor == "mysql":
                     for one in params:
                         sql.refuse_oversized(connection, query, one)
@@ -183,30 +183,6 @@ def insert_many(
             raise QueueingError(f"the messages could not be parked: {exc}") from exc
         return handed
     raise QueueingError(f"no free keys after {_INSERT_ATTEMPTS} attempts")
-
-
-@contextlib.contextmanager
-def _transaction(connection: BaseDatabaseWrapper) -> Iterator[None]:
-    """One transaction, or a savepoint inside one already open (a test case's, a
-    deferred park's flush), so that a failure takes back every row of the list
-    and nothing of the caller's; by hand on a private connection, which is not
-    in `connections` (`detached.private_connection`)."""
-    if connections[connection.alias] is connection:
-        with transaction.atomic(using=connection.alias):
-            yield
-    elif not connection.get_autocommit():
-        yield  # a deferred flush's own transaction on the private connection
-    else:
-        connection.set_autocommit(False)
-        try:
-            yield
-        except BaseException:
-            connection.rollback()
-            raise
-        else:
-            connection.commit()
-        finally:
-            connection.set_autocommit(True)
 
 
 def _announce(

@@ -29,13 +29,12 @@ and the outermost atomic block; `set_autocommit`, `savepoint_commit`, and
 from __future__ import annotations
 
 import atexit
-import contextlib
 import enum
 import logging
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from django.core.signals import request_finished
@@ -43,6 +42,7 @@ from django.db import DatabaseError, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from deadletter.store import spool
+from deadletter.store.transactions import transaction_on
 
 logger = logging.getLogger("deadletter")
 
@@ -276,7 +276,7 @@ def _flush(connection: BaseDatabaseWrapper, via: BaseDatabaseWrapper) -> None:
         if len(pending) == 1:
             pending[0](via)
         else:
-            with transaction.atomic(using=via.alias) if via is connection else _atomic_on(via):
+            with transaction.atomic(using=via.alias) if via is connection else transaction_on(via):
                 for write in pending:
                     write(via)
     except Exception:
@@ -293,21 +293,6 @@ def _flush(connection: BaseDatabaseWrapper, via: BaseDatabaseWrapper) -> None:
     spooled = connection.__dict__.pop(_SPOOL, None)
     if spooled is not None:
         spooled.remove()
-
-
-@contextlib.contextmanager
-def _atomic_on(private: BaseDatabaseWrapper) -> Iterator[None]:
-    """A transaction on a connection that is not in `connections` (`atomic` takes an alias)."""
-    private.set_autocommit(False)
-    try:
-        yield
-    except BaseException:
-        private.rollback()
-        raise
-    else:
-        private.commit()
-    finally:
-        private.set_autocommit(True)
 
 
 @atexit.register
