@@ -15,6 +15,7 @@ from deadletter.management.database import DatabaseCommand
 from deadletter.management.progress import add_progress_argument, progress_bar
 from deadletter.management.queues import require_known_queues
 from deadletter.queue import search
+from deadletter.queue.search import qualifiers
 from deadletter.transfer import ndjson
 
 
@@ -34,9 +35,7 @@ class Command(DatabaseCommand):
             metavar="S",
             default="",
             type=search_text,
-            help="Only the messages this search matches (the admin's language: words, "
-            '"phrases", subject:, user:, error:, code:, cause:, key:, after:, before:, '
-            "NAME:value).",
+            help=f"Only the messages this search matches. {qualifiers.help_text()}",
         )
         parser.add_argument(
             "--redact",
