@@ -22,6 +22,7 @@ from django.db.models import Q, QuerySet
 from django.http import Http404, HttpRequest, QueryDict
 
 from deadletter.models import QueueAccess
+from deadletter.models.access import ACTIONS
 from deadletter.queue import access
 from deadletter.wire import keys
 
@@ -138,7 +139,7 @@ class QueueAccessForm(forms.ModelForm):
 
     class Meta:
         model = QueueAccess
-        fields = ("group", "user", "queues", "view", "retry", "edit", "delete", "redrive")
+        fields = ("group", "user", "queues", *ACTIONS)
 
     def clean_queues(self) -> str:
         pattern: str = self.cleaned_data.get("queues") or ""
@@ -170,16 +171,16 @@ class QueueAccessAdmin(admin.ModelAdmin):
     """The rules: which group or user may do what on the queues a pattern matches."""
 
     form = QueueAccessForm
-    list_display = ["holder", "queues", "view", "retry", "edit", "delete", "redrive"]
+    list_display = ["holder", "queues", *ACTIONS]
     list_display_links = ["holder", "queues"]
-    list_filter = ["view", "retry", "edit", "delete", "redrive"]
+    list_filter = list(ACTIONS)
     search_fields = ["queues", "group__name", "user__username"]
     fieldsets = (
         (None, {"fields": ("group", "user", "queues")}),
         (
             "Grants on those queues",
             {
-                "fields": ("view", "retry", "edit", "delete", "redrive"),
+                "fields": ACTIONS,
                 "description": "An action needs view on the queue too, and the matching "
                 "model permission. Once any rule exists, users who are not superusers "
                 "see only the queues their rules (their own and their groups') grant.",

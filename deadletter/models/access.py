@@ -5,6 +5,9 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 
+# What a rule may grant, each a boolean field of the same name.
+ACTIONS = ("view", "retry", "edit", "delete", "redrive")
+
 
 class QueueAccess(models.Model):
     """What a group or a user may do on the queues whose names match `queues` (a
@@ -49,5 +52,5 @@ class QueueAccess(models.Model):
 
     def __str__(self) -> str:
         holder = f"group {self.group}" if self.group_id else f"user {self.user}"
-        granted = [a for a in ("view", "retry", "edit", "delete", "redrive") if getattr(self, a)]
+        granted = [action for action in ACTIONS if getattr(self, action)]
         return f"{holder} on {self.queues}: {', '.join(granted) or 'nothing'}"

@@ -31,6 +31,7 @@ from django.db.models import BooleanField, Case, F, Q, QuerySet, Subquery, Value
 
 from deadletter.exceptions import DeadletterError
 from deadletter.models import QueueAccess
+from deadletter.models.access import ACTIONS
 from deadletter.queue.access_patterns import Pattern, QueueNameMatches, compiled
 from deadletter.queue.access_ranges import (
     Interval,
@@ -58,7 +59,6 @@ __all__ = [
     "scope_of",
 ]
 
-ACTIONS = ("view", "retry", "edit", "delete", "redrive")
 # The most queue names a list filter walks to offer a restricted user's choices.
 RESOLVE_LIMIT = 10_000
 # Queue names a page's walk reads first (a page of rows needs few queues); then
