@@ -15,7 +15,8 @@ from django.db import connections
 from deadletter.contrib.celery import capture as celery_capture
 from deadletter.contrib.tasks import capture as tasks_capture
 from deadletter.models import ArchivedMessage
-from deadletter.queue import archive, claim_transactions, claims, dequeue, edits, seals
+from deadletter.queue import archive, claim_transactions, claims, dequeue, edits, redaction, seals
+from deadletter.queue.refusals import Refused
 from deadletter.wire import codec
 from deadletter.wire.gotime import GoTime
 from deadletter.wire.messages import Message
@@ -267,3 +268,17 @@ def test_restoring_an_edits_original_takes_its_key_back_and_archives_the_edited_
     assert table_rows() == [(key, before)]  # one copy in the queue, never both
     [entry] = archive.archived_msgs("q")
     assert (entry.key, entry.reason, entry.actor, entry.value) == (key, "edited", "b", edited_value)
+
+
+def test_a_queue_not_editable_is_one_refusal_every_edge_asks() -> None:
+    assert edits.queue_refusal("q") is None
+    refusal = edits.queue_refusal("fixed")
+    assert isinstance(refusal, Refused) and "not editable" in refusal.message
+
+
+def test_the_fields_a_redacted_view_masks_are_named_as_changes_are(settings: Any) -> None:
+    settings.DEADLETTER_REDACT = {"q": ["username", "Card"]}
+    msg = Message(subject="s", username="ana", extra={"Card": "4111", "Site": "x"})
+    shown = redaction.redacted(msg, "q", reveal=False)
+    assert set(edits.masked_fields(msg, shown)) == {"username", "extra.Card"}
+    assert edits.masked_fields(msg, redaction.redacted(msg, "q", reveal=True)) == ()
