@@ -29,20 +29,18 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 from django.utils.http import urlencode
 
-from deadletter.conf import conf
-from deadletter.drain.redrives import CANCELLABLE, RedriveError, cancel_redrive, plan_redrive
+from deadletter.drain import redrives
 from deadletter.models import Redrive
 from deadletter.queue import access, redaction, search
-from deadletter.wire import keys
+from deadletter.queue.search import qualifiers
 
-PERMISSION = "deadletter.redrive_queuedmessage"
 # The list's filters a plan takes over (`deadletter.admin.changelist`), and its search box.
 LIST_QUEUE, LIST_CAUSE, LIST_SEARCH = "queue", "cause", "q"
 FILTER_FIELDS = ("queue", "search", "after", "before")
 
 
 def may_redrive(request: HttpRequest) -> bool:
-    return bool(request.user.has_perm(PERMISSION))
+    return bool(request.user.has_perm(redrives.PERMISSION))
 
 
 def plan_link(request: HttpRequest) -> str | None:
@@ -54,7 +52,7 @@ def plan_link(request: HttpRequest) -> str | None:
     cause = request.GET.get(LIST_CAUSE, "")
     if not may_redrive(request) or not (queue or text or cause):
         return None
-    if queue and not access.scope_of(request.user).allows(queue, "redrive"):
+    if queue and not access.scope_of(request.user).allows(queue, redrives.ACTION):
         return None
     if cause:
         text = f"{text} cause:{search.quote(cause)}".strip()
@@ -62,24 +60,12 @@ def plan_link(request: HttpRequest) -> str | None:
     return f"{reverse('admin:deadletter_redrive_plan')}?{urlencode(params)}"
 
 
-def _queue_name(value: str) -> str:
-    try:
-        keys.encode_queue_name(value)
-    except ValueError as exc:
-        raise forms.ValidationError(str(exc)) from None
-    return value
-
-
 class RedriveForm(forms.Form):
-    """What a redrive is asked to do; each value is checked here (a form error), and
-    what only the engine can judge comes back from `plan_redrive` as one."""
+    """What a redrive is asked to do, converted from the page's text; its rules are
+    `plan_redrive`'s, whose `RedriveError` comes back as an error on its field."""
 
     queue = forms.CharField(strip=False, help_text="The queue whose messages are redriven.")
-    search = forms.CharField(
-        required=False,
-        help_text='The list\'s search language: words, "phrases", subject: user: code: '
-        'error: cause:"…" key: after: before: and NAME:value for a key of the message.',
-    )
+    search = forms.CharField(required=False, help_text=qualifiers.help_text())
     after = forms.DateTimeField(required=False, help_text="First failure at or after (ISO).")
     before = forms.DateTimeField(required=False, help_text="First failure before (ISO).")
     destination = forms.CharField(
@@ -88,74 +74,42 @@ class RedriveForm(forms.Form):
         help_text="Move the messages into this queue (no handler call, order kept); "
         "empty: hand each to its queue's handler.",
     )
-    rate = forms.FloatField(
-        required=False, min_value=0.001, help_text="At most this many messages a second."
-    )
+    rate = forms.FloatField(required=False, help_text="At most this many messages a second.")
     ramp = forms.CharField(
         required=False,
         help_text="Step sizes to ramp up through, such as 1,5,20 (then the rest at the rate).",
     )
     stop_after = forms.FloatField(
         required=False,
-        max_value=100,
         label="Stop after %",
         help_text="Stop when more than this percentage of a step's messages fail again.",
     )
     ignore_backoff = forms.BooleanField(
         required=False, help_text="Hand over the messages a backoff holds back too."
     )
-    concurrency = forms.IntegerField(
-        min_value=1, initial=1, help_text="Messages handed to the handler at once."
-    )
-
-    def clean_queue(self) -> str:
-        return _queue_name(self.cleaned_data["queue"])
-
-    def clean_destination(self) -> str | None:
-        name: str = self.cleaned_data["destination"]
-        return _queue_name(name) if name else None
-
-    def clean_search(self) -> str:
-        text: str = self.cleaned_data["search"]
-        try:
-            search.parse(text)
-        except search.SearchError as exc:
-            raise forms.ValidationError(str(exc)) from None
-        return text
-
-    def clean_stop_after(self) -> float | None:
-        value: float | None = self.cleaned_data["stop_after"]
-        if value is not None and value <= 0:
-            raise forms.ValidationError("A percentage above 0.")
-        return value
+    concurrency = forms.IntegerField(initial=1, help_text="Messages handed to the handler at once.")
 
     def clean_ramp(self) -> tuple[int, ...]:
         text: str = self.cleaned_data["ramp"]
         parts = [part.strip() for part in text.split(",")] if text.strip() else []
-        if not all(part.isdigit() and int(part) > 0 for part in parts):
+        if not all(part.isdigit() for part in parts):
             raise forms.ValidationError("Whole numbers above 0, separated by commas (1,5,20).")
         return tuple(int(part) for part in parts)
 
-    def plan(self, *, started_by: str, save: bool, reveal: bool = True) -> Redrive:
-        """The redrive these values ask for, stored as planned when `save`
-        (`RedriveError` for what the engine refuses); without `reveal` its search
-        never matches what `DEADLETTER_REDACT` masks."""
-        data = self.cleaned_data
-        return plan_redrive(
-            queue=data["queue"],
-            search=data["search"],
-            after=data["after"],
-            before=data["before"],
-            destination=data["destination"],
-            rate=data["rate"],
-            ramp=data["ramp"],
-            stop_after=data["stop_after"],
-            ignore_backoff=data["ignore_backoff"],
-            concurrency=data["concurrency"],
-            started_by=started_by,
-            save=save,
-            reveal=reveal,
-        )
+    def plan(self, *, started_by: str, save: bool, reveal: bool = True) -> Redrive | None:
+        """The redrive these values ask for, stored as planned when `save`; None, and
+        the `RedriveError` on its field, for what `plan_redrive` refuses. Without
+        `reveal` its search never matches what `DEADLETTER_REDACT` masks."""
+        try:
+            return redrives.plan_redrive(
+                **redrives.inputs(self.cleaned_data),
+                started_by=started_by,
+                save=save,
+                reveal=reveal,
+            )
+        except redrives.RedriveError as exc:
+            self.add_error(exc.field if exc.field in self.fields else None, exc.message)
+            return None
 
 
 @admin.register(Redrive)
@@ -218,14 +172,8 @@ class RedriveAdmin(admin.ModelAdmin):
         return may_redrive(request)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Redrive]:
-        """The redrives of the queues the user may view (`queue.access`): the table
-        holds one row a redrive, so its distinct queues are few."""
-        found = Redrive.objects.using(conf.DATABASE).all()
-        scope = access.scope_of(request.user)
-        if scope.unrestricted:
-            return found
-        names = found.order_by("queue").values_list("queue", flat=True).distinct()
-        return found.filter(queue__in=scope.names_filter(names))
+        """The redrives of the queues the user may view (`queue.access`)."""
+        return redrives.visible(access.scope_of(request.user))
 
     def get_urls(self) -> list[URLPattern]:
         wrap = self.admin_site.admin_view
@@ -249,9 +197,9 @@ class RedriveAdmin(admin.ModelAdmin):
         obj = self.get_object(request, unquote(object_id))
         cancellable = (
             obj is not None
-            and obj.status in CANCELLABLE
+            and obj.status in redrives.CANCELLABLE
             and may_redrive(request)
-            and access.scope_of(request.user).allows(obj.queue, "redrive")
+            and access.scope_of(request.user).allows(obj.queue, redrives.ACTION)
         )
         context = {"cancellable": cancellable, **(extra_context or {})}
         return super().change_view(request, object_id, form_url, context)
@@ -274,17 +222,13 @@ class RedriveAdmin(admin.ModelAdmin):
             refuse_foreign(request, form)
         if form.is_valid():
             confirmed = pressed and not recounted
-            try:
-                planned = form.plan(
-                    started_by=request.user.get_username(),
-                    save=confirmed,
-                    reveal=redaction.reveals(request.user),
-                )
-            except RedriveError as exc:
-                form.add_error(None, str(exc))
-            else:
-                if confirmed:
-                    return self._planned(request, planned)
+            planned = form.plan(
+                started_by=request.user.get_username(),
+                save=confirmed,
+                reveal=redaction.reveals(request.user),
+            )
+            if planned is not None and confirmed:
+                return self._planned(request, planned)
         context = {
             **self.admin_site.each_context(request),
             "title": "Redrive matching messages",
@@ -315,7 +259,7 @@ class RedriveAdmin(admin.ModelAdmin):
         obj = self.get_object(request, unquote(object_id))
         if obj is None:
             raise Http404(f"No redrive {object_id}.")
-        if not access.scope_of(request.user).allows(obj.queue, "redrive"):
+        if not access.scope_of(request.user).allows(obj.queue, redrives.ACTION):
             raise PermissionDenied
         change_url = reverse("admin:deadletter_redrive_change", args=[obj.pk])
         if request.method == "POST":
@@ -330,7 +274,7 @@ class RedriveAdmin(admin.ModelAdmin):
         self, request: HttpRequest, queryset: QuerySet[Redrive]
     ) -> TemplateResponse | None:
         scope = access.scope_of(request.user)
-        chosen = [redrive for redrive in queryset if scope.allows(redrive.queue, "redrive")]
+        chosen = [redrive for redrive in queryset if scope.allows(redrive.queue, redrives.ACTION)]
         if len(chosen) < len(queryset):
             self.message_user(
                 request,
@@ -379,11 +323,10 @@ class RedriveAdmin(admin.ModelAdmin):
         cancelled, refused = [], []
         for redrive in chosen:
             try:
-                cancel_redrive(redrive.pk)
-            except RedriveError as exc:
+                redrives.cancel_redrive(redrive.pk, by=request.user)
+            except redrives.RedriveError as exc:
                 refused.append(f"redrive {redrive.pk}: {exc}")
                 continue
-            self.log_change(request, redrive, "Cancelled")
             cancelled.append(str(redrive.pk))
         if cancelled:
             self.message_user(
@@ -406,7 +349,7 @@ class RedriveAdmin(admin.ModelAdmin):
 
     @admin.display(description="progress")
     def progress(self, obj: Redrive) -> Any:
-        done = handled(obj)
+        done = redrives.handled(obj)
         shown = max(obj.matched, done, 1)
         return format_html(
             '<progress class="dl-progress" value="{}" max="{}"></progress> {} of {} ({})',
@@ -448,9 +391,8 @@ def refuse_foreign(request: HttpRequest, form: RedriveForm) -> None:
     """A form error for a queue (or a destination) the user may not redrive: the
     plan is not counted, so it says nothing of the queue's messages."""
     scope = access.scope_of(request.user)
-    for field in ("queue", "destination"):
-        name = form.cleaned_data.get(field)
-        if name and not scope.allows(name, "redrive"):
+    for field, name in redrives.guarded(form.cleaned_data):
+        if not scope.allows(name, redrives.ACTION):
             form.add_error(field, "You may not redrive messages of this queue.")
 
 
@@ -459,11 +401,6 @@ def _fieldsets(form: RedriveForm) -> helpers.AdminForm:
     `AdminForm` for model forms only)."""
     model_form: Any = form
     return helpers.AdminForm(model_form, [(None, {"fields": list(form.fields)})], {})
-
-
-def handled(redrive: Redrive) -> int:
-    """The messages the redrive is through with, whatever their outcome."""
-    return redrive.delivered + redrive.failed + redrive.dropped + redrive.moved
 
 
 def percent(done: int, matched: int) -> str:

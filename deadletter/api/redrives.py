@@ -15,8 +15,6 @@ exists.
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.urls import reverse
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema_field
 from rest_framework import exceptions, serializers, status
@@ -25,28 +23,35 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from deadletter.api.access import DeadletterView, ParsedBody, openapi, require, scope
-from deadletter.api.fields import Int64Field, QueueNameField, TextField, query_data, queue_name
+from deadletter.api.fields import Int64Field, QueueNameField, TextField, query_data
 from deadletter.api.serializers import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, ErrorSerializer
 from deadletter.api.views import BAD, REFUSALS
 from deadletter.conf import conf
-from deadletter.drain.redrives import RedriveError, audit, cancel_redrive, plan_redrive
+from deadletter.drain import redrives
+from deadletter.drain.concurrency import MAX_CONCURRENCY
 from deadletter.models import Redrive
-from deadletter.queue import search
 from deadletter.queue.redaction import reveals
+from deadletter.queue.search import qualifiers
 
-REDRIVE = "deadletter.redrive_queuedmessage"
-MAX_CONCURRENCY = 1000
 ID = OpenApiParameter("id", int, OpenApiParameter.PATH, description="The redrive's id.")
 
 
 @extend_schema_field({"type": "integer", "minimum": 1, "maximum": MAX_CONCURRENCY})
 class ConcurrencyField(Int64Field):
-    """Messages handed to the handler at once: a JSON integer, 1..MAX_CONCURRENCY."""
+    """Messages handed to the handler at once: a JSON integer (`plan_redrive` holds
+    it to 1..MAX_CONCURRENCY, as the schema says)."""
 
 
 @extend_schema_field({"type": "integer", "minimum": 1})
 class StepField(Int64Field):
-    """One step of a ramp: a JSON integer above 0."""
+    """One step of a ramp: a JSON integer (above 0, `plan_redrive` says)."""
+
+
+@extend_schema_field(
+    {"type": "number", "format": "double", "minimum": 0, "exclusiveMinimum": True, "nullable": True}
+)
+class RateField(serializers.FloatField):
+    """Messages a second: above 0, as `plan_redrive` holds it."""
 
 
 @extend_schema_field(
@@ -55,24 +60,21 @@ class StepField(Int64Field):
         "format": "double",
         "minimum": 0,
         "exclusiveMinimum": True,
-        "maximum": 100,
+        "maximum": redrives.MAX_STOP_AFTER,
         "nullable": True,
     }
 )
 class PercentField(serializers.FloatField):
     """A share in percent, above 0 and at most 100: the schema says the lower bound
-    is exclusive, as `validate_stop_after` holds it."""
+    is exclusive, as `plan_redrive` holds it."""
 
 
 class RedriveRequestSerializer(serializers.Serializer):
-    """What `POST redrives/` asks for: `deadletter_redrive`'s options by name."""
+    """What `POST redrives/` asks for: `deadletter_redrive`'s options by name, as
+    JSON types; their rules are `plan_redrive`'s (a 400 on the field it names)."""
 
     queue = QueueNameField(help_text="The queue whose messages are redriven.")
-    search = TextField(
-        required=False,
-        default="",
-        help_text="The search language of the admin and `?q=` (words, phrases, qualifiers).",
-    )
+    search = TextField(required=False, default="", help_text=qualifiers.help_text())
     after = serializers.DateTimeField(
         required=False, allow_null=True, default=None, help_text="First failure at or after."
     )
@@ -86,11 +88,10 @@ class RedriveRequestSerializer(serializers.Serializer):
         help_text="Move the messages into this queue (the command's --to), no handler "
         "called; null: hand each to its queue's handler.",
     )
-    rate = serializers.FloatField(
+    rate = RateField(
         required=False,
         allow_null=True,
         default=None,
-        min_value=0.001,
         help_text="At most this many messages a second; null: no limit.",
     )
     ramp = serializers.ListField(
@@ -103,7 +104,6 @@ class RedriveRequestSerializer(serializers.Serializer):
         required=False,
         allow_null=True,
         default=None,
-        max_value=100,
         help_text="Stop when more than this percentage of a step's messages fail again.",
     )
     ignore_backoff = serializers.BooleanField(required=False, default=False)
@@ -111,44 +111,6 @@ class RedriveRequestSerializer(serializers.Serializer):
     dry_run = serializers.BooleanField(
         required=False, default=False, help_text="Count what matches (the plan); store nothing."
     )
-
-    def validate_queue(self, value: str) -> str:
-        return queue_name(value)
-
-    def validate_destination(self, value: str | None) -> str | None:
-        return None if value is None else queue_name(value)
-
-    def validate_search(self, value: str) -> str:
-        try:
-            search.parse(value)
-        except search.SearchError as exc:
-            raise serializers.ValidationError(str(exc)) from None
-        return value
-
-    def validate_stop_after(self, value: float | None) -> float | None:
-        if value is not None and value <= 0:
-            raise serializers.ValidationError("Must be above 0.")
-        return value
-
-    def validate_ramp(self, value: list[int]) -> list[int]:
-        if any(step < 1 for step in value):
-            raise serializers.ValidationError("Every step is a whole number above 0.")
-        return value
-
-    def validate_concurrency(self, value: int) -> int:
-        if not 1 <= value <= MAX_CONCURRENCY:
-            raise serializers.ValidationError(f"Must be between 1 and {MAX_CONCURRENCY}.")
-        return value
-
-    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        if attrs["destination"] is not None and attrs["destination"] == attrs["queue"]:
-            raise serializers.ValidationError(
-                {"destination": ["The destination is the queue itself."]}
-            )
-        after, before = attrs["after"], attrs["before"]
-        if after is not None and before is not None and not after < before:
-            raise serializers.ValidationError({"before": ["Must be later than after."]})
-        return attrs
 
 
 class RedriveSerializer(serializers.Serializer):
@@ -223,10 +185,6 @@ class Conflict(exceptions.APIException):
     default_code = "redrive_over"
 
 
-def _redrives() -> Any:
-    return Redrive.objects.using(conf.DATABASE)
-
-
 NO_REDRIVE = "No redrive with that id."
 NOT_GRANTED = "Not a queue your queue access lets you redrive."
 
@@ -235,7 +193,7 @@ def _found(request: Request, pk: str, action: str = "view") -> Redrive:
     """The redrive of the URL's id (kept as text, as the base view checks every
     captured value), or a 404 (also for a queue your queue access hides)."""
     redrive = (
-        _redrives().filter(pk=int(pk)).first()
+        Redrive.objects.using(conf.DATABASE).filter(pk=int(pk)).first()
         if pk.isascii() and pk.isdigit() and len(pk) < 19
         else None
     )
@@ -245,22 +203,12 @@ def _found(request: Request, pk: str, action: str = "view") -> Redrive:
     return redrive
 
 
-def _visible(request: Request, found: Any) -> Any:
-    """`found` narrowed to the redrives of the queues the user may see (the table is
-    small: its queue names are read, then matched against the grants)."""
-    granted = scope(request)
-    if granted.unrestricted:
-        return found
-    names = _redrives().order_by().values_list("queue", flat=True).distinct()
-    return found.filter(queue__in=granted.names_filter(names))
-
-
 class RedriveList(DeadletterView):
     """GET: the redrives, newest first, a page at a time (`?after=<id>&limit=<n>`,
     `?status=`). POST: plan one, answered with it (201); with `dry_run` only the
     plan, counted and not stored (200). The drain service runs a planned redrive."""
 
-    permissions = {"POST": REDRIVE}
+    permissions = {"POST": redrives.PERMISSION}
 
     @openapi(
         operation_id="redrives_list",
@@ -271,7 +219,7 @@ class RedriveList(DeadletterView):
         query = RedrivePageQuerySerializer(data=query_data(request))
         query.is_valid(raise_exception=True)
         limit: int = query.validated_data["limit"]
-        found = _visible(request, _redrives().order_by("-id"))
+        found = redrives.visible(scope(request)).order_by("-id")
         if "after" in query.validated_data:
             found = found.filter(id__lt=query.validated_data["after"])
         if "status" in query.validated_data:
@@ -305,26 +253,25 @@ class RedriveList(DeadletterView):
             raise ValidationError({"payload": ["A JSON object (the redrive) is required."]})
         asked = RedriveRequestSerializer(data=dict(body))
         asked.is_valid(raise_exception=True)
-        options = dict(asked.validated_data)
-        dry_run = options.pop("dry_run")
-        options["ramp"] = tuple(options["ramp"])
+        options = asked.validated_data
+        dry_run = options["dry_run"]
         granted = scope(request)
-        for field in ("queue", "destination"):
-            if options[field] is not None and not granted.allows(options[field], "redrive"):
+        for field, name in redrives.guarded(options):
+            if not granted.allows(name, redrives.ACTION):
                 raise ValidationError({field: [NOT_GRANTED]})
         try:
-            redrive = plan_redrive(
-                **options,
+            redrive = redrives.plan_redrive(
+                **redrives.inputs(options),
                 started_by=request.user.get_username(),
                 save=not dry_run,
                 reveal=reveals(request.user),
             )
-        except RedriveError as exc:
-            raise ValidationError({"non_field_errors": [str(exc)]}) from None
+        except redrives.RedriveError as exc:
+            raise ValidationError({exc.field or "non_field_errors": [exc.message]}) from None
         shown = RedriveSerializer(redrive, context={"request": request}).data
         if dry_run:
             return Response(shown)
-        audit(
+        redrives.audit(
             request.user,
             redrive,
             "planned",
@@ -349,7 +296,7 @@ class RedriveCancel(DeadletterView):
     """Cancel a planned or running redrive: it stops before its next message (what it
     did stays done). 409 when it is already over."""
 
-    permissions = {"POST": REDRIVE}
+    permissions = {"POST": redrives.PERMISSION}
 
     @openapi(
         parameters=[ID],
@@ -363,10 +310,11 @@ class RedriveCancel(DeadletterView):
         },
     )
     def post(self, request: Request, pk: str) -> Response:
-        found = _found(request, pk, "redrive")
+        found = _found(request, pk, redrives.ACTION)
         try:
-            redrive = cancel_redrive(found.pk)
-        except RedriveError as exc:
-            raise Conflict(str(exc)) from None
-        audit(request.user, redrive, "cancelled", "Cancelled through the API")
+            redrive = redrives.cancel_redrive(
+                found.pk, by=request.user, note="Cancelled through the API"
+            )
+        except redrives.RedriveError as exc:
+            raise Conflict(exc.message) from None
         return Response(RedriveSerializer(redrive, context={"request": request}).data)

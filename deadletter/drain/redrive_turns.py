@@ -1,6 +1,6 @@
 """Carrying on unfinished redrives: `resume_redrives` (the command's `--resume`)
 and the drain service's `redrive_turn`, each running planned ones and taking over
-those whose runner is gone (`redrive_claim.is_stale`), oldest first.
+those whose runner is gone (`redrive_run.is_stale`), oldest first.
 """
 
 from __future__ import annotations
@@ -11,8 +11,7 @@ from collections.abc import Callable, Sequence
 
 from deadletter.conf import conf
 from deadletter.drain.delivery import Stop
-from deadletter.drain.redrive_claim import is_stale
-from deadletter.drain.redrive_run import OnProgress, run_redrive
+from deadletter.drain.redrive_run import OnProgress, is_stale, run_redrive
 from deadletter.drain.redrives import RedriveError
 from deadletter.models import Redrive
 

@@ -36,20 +36,18 @@ from django.core.management.base import CommandError, CommandParser
 from django.db import transaction
 
 from deadletter.conf import conf
-from deadletter.drain import DrainAborted, SignalGuard
+from deadletter.drain import DrainAborted, SignalGuard, redrives
 from deadletter.drain.delivery import Stop
 from deadletter.drain.redrive_run import run_redrive
 from deadletter.drain.redrive_turns import resume_redrives
-from deadletter.drain.redrives import RedriveError, audit, cancel_redrive, plan_redrive
-from deadletter.management.arguments import queue_name, search_text
 from deadletter.management.commands.deadletter_drain import positive_int, rate
 from deadletter.management.database import DatabaseCommand, require_migrated
 from deadletter.management.progress import add_progress_argument, progress_bar
 from deadletter.models import Redrive
 from deadletter.queue import access
 from deadletter.queue.redaction import reveals
+from deadletter.queue.search import qualifiers
 
-PERMISSION = "deadletter.redrive_queuedmessage"
 LISTED = 20
 ALL = 0
 """`--resume` with no id: every unfinished redrive."""
@@ -69,25 +67,19 @@ def moment(text: str) -> datetime:
 
 
 def ramp(text: str) -> list[int]:
-    """argparse `type=`: step sizes such as `1,5,20`."""
+    """argparse `type=`: step sizes such as `1,5,20` (`plan_redrive` judges them)."""
     try:
-        steps = [int(part) for part in text.split(",")]
+        return [int(part) for part in text.split(",")]
     except ValueError:
         raise argparse.ArgumentTypeError(f"not step sizes like 1,5,20: {text!r}") from None
-    if any(step < 1 for step in steps):
-        raise argparse.ArgumentTypeError(f"step sizes must be at least 1: {text!r}")
-    return steps
 
 
 def percent(text: str) -> float:
-    """argparse `type=`: a percentage above 0 and at most 100."""
+    """argparse `type=`: a percentage such as `5` or `5%` (`plan_redrive` judges it)."""
     try:
-        value = float(text.rstrip("%"))
+        return float(text.rstrip("%"))
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a percentage: {text!r}") from None
-    if not 0 < value <= 100:
-        raise argparse.ArgumentTypeError(f"must be above 0 and at most 100, got {text!r}")
-    return value
 
 
 class _Stopper:
@@ -109,17 +101,14 @@ class Command(DatabaseCommand):
     requires_system_checks: list[str] = []
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--queue", type=queue_name, metavar="NAME", help="The queue.")
-        parser.add_argument(
-            "--search", default="", type=search_text, metavar="QUERY", help="Only what matches."
-        )
+        parser.add_argument("--queue", metavar="NAME", help="The queue.")
+        parser.add_argument("--search", default="", metavar="QUERY", help=qualifiers.help_text())
         parser.add_argument(
             "--after", type=moment, metavar="WHEN", help="First failed at or after (ISO)."
         )
         parser.add_argument("--before", type=moment, metavar="WHEN", help="First failed before.")
         parser.add_argument(
             "--to",
-            type=queue_name,
             metavar="QUEUE",
             dest="destination",
             help="Move the messages into this queue (no handler call), keeping their order.",
@@ -147,7 +136,7 @@ class Command(DatabaseCommand):
             help="Hand over messages a backoff holds too (by default they are left waiting).",
         )
         parser.add_argument(
-            "--concurrency", type=positive_int, default=1, metavar="N", help="Messages in hand."
+            "--concurrency", type=int, default=1, metavar="N", help="Messages in hand."
         )
         parser.add_argument(
             "--dry-run", action="store_true", help="Show the plan; store and change nothing."
@@ -167,7 +156,7 @@ class Command(DatabaseCommand):
             "--user",
             metavar="USERNAME",
             help="The Django user who starts or cancels it, as the API would (needs the "
-            f"{PERMISSION} permission and queue access granting redrive; their redaction "
+            f"{redrives.PERMISSION} permission and queue access granting redrive; their redaction "
             "applies; named in the audit entry). Without it: the shell's operator.",
         )
         parser.add_argument(
@@ -200,7 +189,7 @@ class Command(DatabaseCommand):
 
     # -- who may
 
-    def _who(self, options: dict[str, Any], *queues: str | None) -> Any:
+    def _who(self, options: dict[str, Any], *queues: str) -> Any:
         """The Django user of `--user`, checked: the permission, and queue access
         granting `redrive` on each of `queues`; None without `--user` (the shell's
         operator)."""
@@ -220,13 +209,13 @@ class Command(DatabaseCommand):
             user = None
         if user is None or not user.is_active:
             raise CommandError(f"no active user {name!r}", returncode=2)
-        if not user.has_perm(PERMISSION):
+        if not user.has_perm(redrives.PERMISSION):
             raise CommandError(
-                f"{name!r} may not redrive: no {PERMISSION} permission", returncode=2
+                f"{name!r} may not redrive: no {redrives.PERMISSION} permission", returncode=2
             )
         granted = access.scope_of(user)
         for queue in queues:
-            if queue is not None and not granted.allows(queue, "redrive"):
+            if not granted.allows(queue, redrives.ACTION):
                 raise CommandError(
                     f"{name!r} may not redrive {queue!r}: their queue access does not grant it",
                     returncode=2,
@@ -241,19 +230,10 @@ class Command(DatabaseCommand):
 
     def _plan_and_run(self, options: dict[str, Any]) -> None:
         dry = options["dry_run"]
-        user = self._who(options, options["queue"], options["destination"])
+        user = self._who(options, *(name for _, name in redrives.guarded(options)))
         try:
-            redrive = plan_redrive(
-                queue=options["queue"],
-                search=options["search"],
-                after=options["after"],
-                before=options["before"],
-                destination=options["destination"],
-                rate=options["rate"],
-                ramp=options["ramp"],
-                stop_after=options["stop_after"],
-                ignore_backoff=options["ignore_backoff"],
-                concurrency=options["concurrency"],
+            redrive = redrives.plan_redrive(
+                **redrives.inputs(options),
                 started_by="" if dry else self._name_of(user),
                 save=False,
                 # A named user who may not see what DEADLETTER_REDACT masks plans a
@@ -261,8 +241,8 @@ class Command(DatabaseCommand):
                 # sees everything.
                 reveal=user is None or reveals(user),
             )
-        except RedriveError as exc:
-            raise CommandError(str(exc), returncode=2) from exc
+        except redrives.RedriveError as exc:
+            raise CommandError(exc.message, returncode=2) from exc
         if dry:
             self._say(
                 options,
@@ -273,7 +253,7 @@ class Command(DatabaseCommand):
             return
         with transaction.atomic(using=conf.DATABASE):
             redrive.save(using=conf.DATABASE)
-            audit(
+            redrives.audit(
                 user,
                 redrive,
                 "planned",
@@ -322,8 +302,8 @@ class Command(DatabaseCommand):
                         shown = now
 
                 redrive = run_redrive(redrive_id, on_progress=progress, stop=stop, resume=resume)
-        except RedriveError as exc:
-            raise CommandError(str(exc), returncode=2) from exc
+        except redrives.RedriveError as exc:
+            raise CommandError(exc.message, returncode=2) from exc
         except DrainAborted as exc:
             raise CommandError(
                 f"aborted by a second {exc.signame}; the message in hand stays queued; "
@@ -342,11 +322,11 @@ class Command(DatabaseCommand):
         planned = Redrive.objects.using(conf.DATABASE).filter(pk=options["cancel"]).first()
         user = self._who(options, *((planned.queue,) if planned is not None else ()))
         try:
-            with transaction.atomic(using=conf.DATABASE):
-                redrive = cancel_redrive(options["cancel"])
-                audit(user, redrive, "cancelled", "Cancelled by deadletter_redrive")
-        except RedriveError as exc:
-            raise CommandError(str(exc), returncode=2) from exc
+            redrive = redrives.cancel_redrive(
+                options["cancel"], by=user, note="Cancelled by deadletter_redrive"
+            )
+        except redrives.RedriveError as exc:
+            raise CommandError(exc.message, returncode=2) from exc
         self._say(
             options,
             redrive,
