@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import time
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any
 
 from django import forms
 from django.contrib import messages
-from django.contrib.admin import AdminSite
+from django.contrib.admin import ModelAdmin
+from django.contrib.auth import get_permission_codename
 from django.core.exceptions import PermissionDenied
-from django.db.models.options import Options
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.template.response import TemplateResponse
@@ -46,23 +46,6 @@ PURGE_CHUNK = 200
 # Queues shown on one page of the overview, in name order (one index seek each).
 QUEUES_PER_PAGE = 50
 VIEW_CAUSE = "deadletter.view_cause"
-
-
-class QueuedMessageAdmin(Protocol):
-    """What these pages need of `deadletter.admin.QueuedMessageAdmin`, which
-    imports them: typing against it here would close an import cycle."""
-
-    @property
-    def admin_site(self) -> AdminSite: ...
-
-    @property
-    def opts(self) -> Options[Any]: ...
-
-    def has_view_permission(self, request: HttpRequest) -> bool: ...
-
-    def has_drain_permission(self, request: HttpRequest) -> bool: ...
-
-    def message_user(self, request: HttpRequest, message: str, level: int | str = ...) -> None: ...
 
 
 class DrainForm(forms.Form):
@@ -122,11 +105,13 @@ class PurgeForm(forms.Form):
         return [chosen] if chosen else self.scope.names_filter(queue_names(), "delete")
 
 
-def _context(model_admin: QueuedMessageAdmin, request: HttpRequest, **extra: Any) -> dict[str, Any]:
+def _context(
+    model_admin: ModelAdmin[QueuedMessage], request: HttpRequest, **extra: Any
+) -> dict[str, Any]:
     return {
         **model_admin.admin_site.each_context(request),
         "opts": model_admin.opts,
-        "has_drain_permission": model_admin.has_drain_permission(request),
+        "has_drain_permission": may_drain(model_admin, request),
         "overview_url": reverse("admin:deadletter_overview"),
         "changelist_url": reverse("admin:deadletter_queuedmessage_changelist"),
         "archive_url": reverse("admin:deadletter_archivedmessage_changelist"),
@@ -134,7 +119,7 @@ def _context(model_admin: QueuedMessageAdmin, request: HttpRequest, **extra: Any
     }
 
 
-def overview_page(model_admin: QueuedMessageAdmin, request: HttpRequest) -> HttpResponse:
+def overview_page(model_admin: ModelAdmin[QueuedMessage], request: HttpRequest) -> HttpResponse:
     if not model_admin.has_view_permission(request):
         raise PermissionDenied
     now = rows.now()
@@ -246,12 +231,19 @@ def _page_url(direction: str, name: str) -> str:
     return f"{reverse('admin:deadletter_overview')}?{urlencode({direction: name})}"
 
 
-def _require_drain(model_admin: QueuedMessageAdmin, request: HttpRequest) -> None:
-    if not model_admin.has_drain_permission(request):
+def may_drain(model_admin: ModelAdmin[QueuedMessage], request: HttpRequest) -> bool:
+    """Whether the user may hand messages back to their handlers (the Drain page,
+    Retry now): the model's `drain` permission."""
+    opts = model_admin.opts
+    return request.user.has_perm(f"{opts.app_label}.{get_permission_codename('drain', opts)}")
+
+
+def _require_drain(model_admin: ModelAdmin[QueuedMessage], request: HttpRequest) -> None:
+    if not may_drain(model_admin, request):
         raise PermissionDenied
 
 
-def drain_page(model_admin: QueuedMessageAdmin, request: HttpRequest) -> HttpResponse:
+def drain_page(model_admin: ModelAdmin[QueuedMessage], request: HttpRequest) -> HttpResponse:
     """GET: the confirmation page; POST: a bounded drain of the chosen queue(s)."""
     _require_drain(model_admin, request)
     scope = access.scope_of(request.user)
@@ -345,7 +337,7 @@ def _seconds(value: float) -> str:
     return f"{value:g} s"
 
 
-def purge_page(model_admin: QueuedMessageAdmin, request: HttpRequest) -> HttpResponse:
+def purge_page(model_admin: ModelAdmin[QueuedMessage], request: HttpRequest) -> HttpResponse:
     """GET: the confirmation page; POST: drop the expired messages of the chosen queue(s)."""
     _require_drain(model_admin, request)
     scope = access.scope_of(request.user)
