@@ -371,6 +371,7 @@ def _save(
             expected=etag,
             actor=request.user.get_username(),
             held=inflight.in_hand,
+            user=request.user,
         )
     except edits.EditRefused as exc:
         form.refused(exc)
@@ -378,7 +379,6 @@ def _save(
     if not edited.changes:
         model_admin.message_user(request, "Nothing changed; nothing was saved.", messages.INFO)
         return edited
-    edits.audit(request.user, edited)
     names = ", ".join(change.name for change in edited.changes)
     kept = (
         " The original is in the archive as edited."

@@ -167,13 +167,12 @@ def patch(request: Request, key: bytes) -> Response:
             expected=etag,
             actor=_actor(request),
             held=inflight.in_hand,
+            user=request.user,
         )
     except edits.EditRefused as exc:
         raise exceptions.ValidationError({exc.field or "non_field_errors": [str(exc)]}) from None
     except edits.EditConflict as exc:
         raise PreconditionFailed(str(exc)) from None
-    if done.changes:
-        edits.audit(request.user, done)
     found = edits.tagged_row(key)
     if found is None:  # delivered or deleted since the edit committed
         raise exceptions.NotFound("The message was edited, then delivered or deleted.")

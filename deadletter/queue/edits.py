@@ -210,12 +210,14 @@ def edit_msg(
     expected: str,
     actor: str,
     held: Callable[[bytes], bool] | None = None,
+    user: Any = None,
 ) -> Edited:
     """Replace the message of row `key` with `msg`, if the row's bytes still have
     ETag `expected` (`etag_matches`): in one transaction the row is read locked, its original
     archived as `edited` (by `actor`) and the new value written under the same
     key, due now (an edit that changes nothing writes nothing).
 
+    A saved change is recorded in the message's History as `user`'s (`audit`).
     `held` says whether a handler has the message in hand now (`drain.holding`,
     asked with the row locked): on SQLite, where a drain holds no row lock while its
     handler runs, such a row is a conflict, as the servers' locks make it.
@@ -273,7 +275,9 @@ def edit_msg(
         logger.exception("edit failed key=%s", key.hex())
         raise QueueingError("the edit failed in the database; nothing was saved") from exc
     logger.info("edited message queue=%s key=%s actor=%s", queue, key.hex(), actor)
-    return Edited(key, etag_of(key, value), msg, changes, old)
+    edited = Edited(key, etag_of(key, value), msg, changes, old)
+    audit(user, edited)
+    return edited
 
 
 def _locked_value(key: bytes) -> bytes:
@@ -391,7 +395,7 @@ def shown(value: Any, limit: int = SHOWN_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def audit(user: Any, edited: Edited, *, note: str = "") -> None:
+def audit(user: Any, edited: Edited) -> None:
     """A `LogEntry` naming `user` on the message, in its admin History: each
     changed field with its old and new value (cut), masked where `DEADLETTER_REDACT`
     masks it (whoever reads the History). Nothing without the admin app or a user."""
@@ -404,7 +408,7 @@ def audit(user: Any, edited: Edited, *, note: str = "") -> None:
         f"{c.name}: {shown(_field(old, c.name))} → {shown(_field(new, c.name))}"
         for c in edited.changes
     ]
-    text = "Edited: " + ("; ".join(parts) or "nothing changed") + note
+    text = "Edited: " + ("; ".join(parts) or "nothing changed")
     log_entry: Any = apps.get_model("admin", "LogEntry")
     log_entry.objects.log_actions(
         user_id=user.pk,
