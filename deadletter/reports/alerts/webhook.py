@@ -4,22 +4,6 @@ channels that post."""
 
 from __future__ import annotations
 
-from deadletter.queue.webhooks import (
-    SIGNATURE_HEADER,
-    TIMEOUT,
-    TIMESTAMP_HEADER,
-    TOLERANCE,
-    WebhookFailed,
-    sign,
-    verify,
-)
+from deadletter.queue.webhooks import SIGNATURE_HEADER, TIMESTAMP_HEADER, verify
 
-__all__ = [
-    "SIGNATURE_HEADER",
-    "TIMEOUT",
-    "TIMESTAMP_HEADER",
-    "TOLERANCE",
-    "WebhookFailed",
-    "sign",
-    "verify",
-]
+__all__ = ["SIGNATURE_HEADER", "TIMESTAMP_HEADER", "verify"]
