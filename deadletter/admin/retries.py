@@ -22,6 +22,7 @@ from django.utils.translation import gettext as _
 from deadletter import drain
 from deadletter.admin import access, bulk, rows
 from deadletter.conf import conf
+from deadletter.drain import retry
 from deadletter.models import HexKey, QueuedMessage
 from deadletter.queue import browse, redaction
 from deadletter.wire import keys
@@ -63,7 +64,7 @@ def retry_one(
             [key],
             deadline=deadline,
             on_outcome=outcome_logger(model_admin, request),
-            actor=f"retry:{request.user.get_username()}",
+            actor=retry.retry_actor(request.user),
         )
     except (drain.DrainConfigError, drain.DrainLocked) as exc:
         model_admin.message_user(request, str(exc), messages.ERROR)
@@ -80,14 +81,16 @@ def retry_selected(
     once; a drain running on the same SQLite queue makes this refuse), a
     chunk at a time until the admin's time budget is spent. "All matching" (more
     than a page of rows) asks first, as Delete does, saying how many."""
-    queryset = access.within(model_admin, request, queryset, "retry", chosen=access.posted(request))
+    queryset = access.within(
+        model_admin, request, queryset, retry.ACTION, chosen=access.posted(request)
+    )
     if request.POST.get("select_across") == "1" and request.POST.get("post") != "yes":
         return confirm_all(model_admin, request, queryset)
     try:
         progress = bulk.retry(
             queryset,
             outcome_logger(model_admin, request),
-            actor=f"retry:{request.user.get_username()}",
+            actor=retry.retry_actor(request.user),
         )
     except (drain.DrainConfigError, drain.DrainLocked) as exc:
         model_admin.message_user(request, str(exc), messages.ERROR)

@@ -1,5 +1,7 @@
-"""The admin's and the API's "retry these rows now": `redeliver`, the delivery loop
-(`delivery.Delivery`) fed by a list of keys instead of a queue's walk."""
+"""An operator's "retry these rows now", for every edge: `redeliver`, the delivery
+loop (`delivery.Delivery`) fed by a list of keys instead of a queue's walk; the
+queue access it needs on each row's queue (`ACTION`), and who its failed attempts
+are recorded as (`retry_actor`)."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from django.db import DatabaseError
 
@@ -14,15 +17,24 @@ from deadletter import queue
 from deadletter.drain.delivery import SKIPPED, Delivery, Skip, Stop
 from deadletter.drain.handlers import load_handlers
 from deadletter.drain.locking import QueueLock
+from deadletter.drain.outcomes import RETRY_ACTOR
 from deadletter.drain.report import DrainReport, Outcome
 from deadletter.drain.timeouts import TimeLimit
 from deadletter.queue import claims
 from deadletter.store import reconnect, sql
 from deadletter.wire import keys
 
-__all__ = ["redeliver"]
+__all__ = ["ACTION", "redeliver", "retry_actor"]
 
 logger = logging.getLogger("deadletter")
+
+ACTION = "retry"
+"""The queue access action a retry needs on the queue of each row it hands over."""
+
+
+def retry_actor(user: Any) -> str:
+    """Who `user`'s retry records its failed attempts as: `retry:<user name>`."""
+    return f"{RETRY_ACTOR}{user.get_username()}"
 
 
 class _Chosen:
