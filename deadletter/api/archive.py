@@ -34,9 +34,9 @@ from deadletter.api.serializers import (
     MAX_PAGE_SIZE,
     AttemptSerializer,
     ErrorSerializer,
-    KeySerializer,
     MessageSerializer,
     api_queue_refusal,
+    key_of,
     shown_attempts,
     shown_messages,
     viewer,
@@ -244,7 +244,7 @@ class ArchiveDetail(DeadletterView):
         responses={200: ArchivedDetailSerializer, 400: BAD, 404: ErrorSerializer, **REFUSALS},
     )
     def get(self, request: Request, key: str) -> Response:
-        wanted = _key(key)
+        wanted = key_of(key)
         require(request, keys.queue_of(wanted), absent=NO_ENTRY)
         entry = archive.get_archived(wanted)
         if entry is None:
@@ -286,7 +286,7 @@ class ArchiveRestore(DeadletterView):
         },
     )
     def post(self, request: Request, key: str) -> Response:
-        wanted = _key(key)
+        wanted = key_of(key)
         require(request, keys.queue_of(wanted), archive.RESTORE_ACCESS, absent=NO_ENTRY)
         entry = archive.get_archived(wanted)
         if entry is None:
@@ -325,13 +325,6 @@ NO_ENTRY = "No archived message with that key."
 def _utc(moment: datetime) -> str:
     """RFC 3339 in UTC, to the microsecond the database keeps."""
     return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
-
-
-def _key(text: str) -> bytes:
-    checked = KeySerializer(data={"key": text})
-    checked.is_valid(raise_exception=True)
-    key: bytes = checked.validated_data["key"]
-    return key
 
 
 __all__ = ["ArchiveDetail", "ArchiveList", "ArchiveRestore"]

@@ -56,6 +56,14 @@ class KeySerializer(serializers.Serializer):
     key = KeyField()
 
 
+def key_of(text: str) -> bytes:
+    """A row's key from the URL; a 400 naming `key` when it is not one."""
+    checked = KeySerializer(data={"key": text})
+    checked.is_valid(raise_exception=True)
+    key: bytes = checked.validated_data["key"]
+    return key
+
+
 def api_queue_refusal(name: str) -> str | None:
     """Why the API may not park into queue `name` (`DEADLETTER_API_QUEUES` allows no
     pattern it matches), or None: any queue when the setting is None."""
@@ -393,6 +401,7 @@ __all__ = [
     "DrainRequestSerializer",
     "ErrorSerializer",
     "KeySerializer",
+    "key_of",
     "MessageRowSerializer",
     "MessageSerializer",
     "PageQuerySerializer",

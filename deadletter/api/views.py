@@ -35,7 +35,6 @@ from deadletter.api.access import (
 from deadletter.api.fields import KEY_PATTERN, query_data
 from deadletter.api.serializers import (
     ErrorSerializer,
-    KeySerializer,
     MessageRowSerializer,
     MessageSerializer,
     PageQuerySerializer,
@@ -46,6 +45,7 @@ from deadletter.api.serializers import (
     QueueSerializer,
     RowSerializer,
     api_queue_refusal,
+    key_of,
     viewer,
 )
 from deadletter.queue import browse, redaction, search
@@ -273,7 +273,7 @@ class MessageDetail(DeadletterView):
         responses={200: MessageRowSerializer, 400: BAD, 404: ErrorSerializer, **REFUSALS},
     )
     def get(self, request: Request, key: str) -> Response:
-        wanted = _key(key)
+        wanted = key_of(key)
         require(request, keys.queue_of(wanted), absent=NO_ROW)
         found = queue_edits.tagged_row(wanted)
         if found is None:
@@ -288,7 +288,7 @@ class MessageDetail(DeadletterView):
         responses={200: edits.EditedRowSerializer, 400: BAD, **REFUSALS, **edits.RESPONSES},
     )
     def patch(self, request: Request, key: str) -> Response:
-        wanted = _key(key)
+        wanted = key_of(key)
         require(request, keys.queue_of(wanted), queue_edits.ACCESS, absent=NO_ROW)
         return edits.patch(request, wanted)
 
@@ -297,7 +297,7 @@ class MessageDetail(DeadletterView):
         responses={204: None, 400: BAD, 404: ErrorSerializer, **REFUSALS},
     )
     def delete(self, request: Request, key: str) -> Response:
-        wanted = _key(key)
+        wanted = key_of(key)
         require(request, keys.queue_of(wanted), "delete", absent=NO_ROW)
         outcome = discard(wanted, actor=request.user.get_username())
         if outcome is queue.Removal.ABSENT:
@@ -308,13 +308,6 @@ class MessageDetail(DeadletterView):
 
 
 NO_ROW = "No row with that key."
-
-
-def _key(text: str) -> bytes:
-    checked = KeySerializer(data={"key": text})
-    checked.is_valid(raise_exception=True)
-    key: bytes = checked.validated_data["key"]
-    return key
 
 
 __all__ = ["MessageDetail", "MessageList", "QueueDetail", "QueueList", "SearchList", "serializers"]
