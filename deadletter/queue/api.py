@@ -26,15 +26,14 @@ from deadletter.conf import conf
 from deadletter.queue import age, batch, incidents
 from deadletter.queue.rows import (
     REREAD,
-    REREAD_LIMIT,
     OnDrop,
     Queued,
     QueueingError,
-    common_message,
+    Rereads,
     common_messages,
     delete_sql,
     insert_value,
-    process_row,
+    read_row,
 )
 from deadletter.store import detached, reconnect, scans, sql
 from deadletter.store.transactions import transaction_on
@@ -305,7 +304,7 @@ def iter_failed_msgs(
     max_age_ns = age.max_age_ns(queue)
     max_row_bytes = conf.MAX_ROW_BYTES
     left = -1 if limit is None else limit
-    rereads: dict[bytes, int] = {}
+    rereads = Rereads()
 
     def read(inclusive: bool, after: bytes, high: bytes) -> list[tuple[Any, ...]]:
         query = sql.range_sql(connection, sql.table(), inclusive, batch_size, due_now=due_now)
@@ -327,19 +326,14 @@ def iter_failed_msgs(
                     continue
                 key, value = rows[index]
                 index += 1
-                msg = common_message(key, value, cutoff, max_row_bytes)
-                if msg is not None:
-                    yield tuple.__new__(Queued, (key, msg))
-                    left -= 1
-                    if not left:
-                        return
-                    continue
-                outcome = process_row(
+                outcome = read_row(
                     connection,
                     queue,
                     low,
                     bytes(key),
                     bytes(value or b""),
+                    cutoff=cutoff,
+                    max_row_bytes=max_row_bytes,
                     max_age_ns=max_age_ns,
                     on_drop=on_drop,
                 )
@@ -349,8 +343,7 @@ def iter_failed_msgs(
                     if not left:
                         return
                 elif outcome is REREAD:
-                    rereads[key] = rereads.get(key, 0) + 1
-                    if rereads[key] <= REREAD_LIMIT:
+                    if rereads.again(key):
                         pages.restart_at(key)
                         break
                     logger.error("fetch gave up on a row rewritten under it key=%s", key.hex())

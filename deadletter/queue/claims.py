@@ -17,14 +17,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from deadletter.conf import conf
 from deadletter.models import QueuedMessage, QueuedMessageQuerySet
 from deadletter.queue import age
-from deadletter.queue.rows import (
-    REREAD,
-    REREAD_LIMIT,
-    OnDrop,
-    Queued,
-    common_message,
-    process_row,
-)
+from deadletter.queue.rows import REREAD, OnDrop, Queued, Rereads, process_row, read_row
 from deadletter.store import detached, sql
 from deadletter.wire import codec, keys
 from deadletter.wire.messages import Message
@@ -126,25 +119,26 @@ def claim_failed_msg(
         raise NotSupportedError(f"{connection.vendor} cannot skip locked rows")
     low, high = keys.queue_bounds(queue)
     bound, inclusive = after, False
-    rereads = 0
+    rereads = Rereads()
     cutoff, max_row_bytes = age.cutoff_ns(queue=queue), conf.MAX_ROW_BYTES
     while True:
         row = _claim_row(connection, low, high, bound, inclusive, until, due_now)
         if row is None:
             return None
         key, value = row
-        msg = common_message(key, value, cutoff, max_row_bytes)
-        if msg is not None:
-            return tuple.__new__(Queued, (key, msg))
-        outcome = process_row(connection, queue, low, key, value, on_drop=on_drop)
+        outcome = read_row(
+            connection,
+            queue,
+            low,
+            key,
+            value,
+            cutoff=cutoff,
+            max_row_bytes=max_row_bytes,
+            on_drop=on_drop,
+        )
         if isinstance(outcome, Queued):
             return outcome
-        if outcome is REREAD and rereads < REREAD_LIMIT:
-            rereads += 1
-            bound, inclusive = key, True
-            continue
-        rereads = 0
-        bound, inclusive = key, False
+        bound, inclusive = key, outcome is REREAD and rereads.again(key)
 
 
 def _claim_row(
@@ -183,7 +177,8 @@ def fetch_msg(key: bytes, *, on_drop: OnDrop | None = None) -> Queued | None:
     lock = connection.in_atomic_block and can_claim_rows()
     name = keys.queue_of(key)
     prefix = keys.prefix_of(key)
-    for _ in range(REREAD_LIMIT):
+    rereads = Rereads()
+    while True:
         try:
             row = _rows().locked_row(key, lock=lock)
         except DatabaseError:
@@ -194,9 +189,8 @@ def fetch_msg(key: bytes, *, on_drop: OnDrop | None = None) -> Queued | None:
         outcome = process_row(connection, name, prefix, key, row[1], on_drop=on_drop)
         if isinstance(outcome, Queued):
             return outcome
-        if outcome is not REREAD:
+        if outcome is not REREAD or not rereads.again(key):
             return None
-    return None
 
 
 def preview_failed_msgs(queue: str, batch_size: int = 1000) -> Iterator[Preview]:

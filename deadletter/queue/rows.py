@@ -224,6 +224,45 @@ def common_messages(
 COMMON_RUN = 32
 
 
+def read_row(
+    connection: BaseDatabaseWrapper,
+    queue: str,
+    prefix: bytes,
+    key: bytes,
+    value: bytes,
+    *,
+    cutoff: int,
+    max_row_bytes: int,
+    max_age_ns: int | None = None,
+    on_drop: OnDrop | None = None,
+) -> Queued | object:
+    """One row as every scan and claim reads it: its message at once when the
+    row is the common kind (`common_message`), else the rules applied
+    (`process_row`): a `Queued` to hand out, `SKIP` or `REREAD`."""
+    msg = common_message(key, value, cutoff, max_row_bytes)
+    if msg is not None:
+        return tuple.__new__(Queued, (key, msg))
+    return process_row(
+        connection, queue, prefix, key, value, max_age_ns=max_age_ns, on_drop=on_drop
+    )
+
+
+class Rereads:
+    """How often a scan read each row again after the rules rewrote it
+    (`REREAD`): `REREAD_LIMIT` times a row at most, so a row rewritten under
+    every read cannot hold the scan forever."""
+
+    __slots__ = ("_counts",)
+
+    def __init__(self) -> None:
+        self._counts: dict[bytes, int] = {}
+
+    def again(self, key: bytes) -> bool:
+        """Whether `key`, just rewritten, may be read once more."""
+        count = self._counts[key] = self._counts.get(key, 0) + 1
+        return count <= REREAD_LIMIT
+
+
 def process_row(
     connection: BaseDatabaseWrapper,
     queue: str,

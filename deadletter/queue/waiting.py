@@ -24,7 +24,7 @@ from deadletter.conf import conf
 from deadletter.models import QueuedMessage, QueuePass
 from deadletter.queue import age
 from deadletter.queue.claims import can_claim_rows
-from deadletter.queue.rows import REREAD, OnDrop, Queued, common_message, process_row
+from deadletter.queue.rows import REREAD, OnDrop, Queued, process_row, read_row
 from deadletter.store import sql
 from deadletter.wire import keys
 
@@ -121,17 +121,14 @@ def due_retries(
             for key, value, due in rows:
                 key = bytes(key)
                 cursor = (due, key)
-                msg = common_message(key, value, cutoff, max_row_bytes)
-                if msg is not None:
-                    yield tuple.__new__(Queued, (key, msg))
-                    continue
-                prefix = keys.prefix_of(key)
-                outcome = process_row(
+                outcome = read_row(
                     connection,
                     queue,
-                    prefix,
+                    keys.prefix_of(key),
                     key,
                     bytes(value or b""),
+                    cutoff=cutoff,
+                    max_row_bytes=max_row_bytes,
                     max_age_ns=max_age_ns,
                     on_drop=on_drop,
                 )
