@@ -354,11 +354,10 @@ class ArchivedMessageAdmin(admin.ModelAdmin):
                 if time.monotonic() >= deadline:
                     left = True
                     break
-                doomed = ArchivedMessage.objects.using(conf.DATABASE).filter(
-                    id__in=[obj.id for obj in chunk]
-                )
-                self.log_deletions(request, doomed)
-                deleted += doomed.delete()[0]
+                ids = [obj.id for obj in chunk]
+                entries = ArchivedMessage.objects.using(conf.DATABASE)
+                self.log_deletions(request, entries.filter(id__in=ids))
+                deleted += archive.delete_entries(ids)
             text = f"Deleted {deleted} archived message(s) for good."
             if left:
                 text += " Stopped after the time budget: select the rest again to go on."

@@ -45,6 +45,7 @@ __all__ = [
     "archive_rows",
     "archived_counts",
     "archived_msgs",
+    "delete_entries",
     "discard",
     "discard_many",
     "enabled",
@@ -249,6 +250,13 @@ def get_entry(entry_id: int) -> Archived | None:
     """The entry `entry_id`; None when there is none."""
     row = _entries().filter(id=entry_id).values_list(*_FIELDS).first()
     return None if row is None else _archived(row)
+
+
+def delete_entries(entry_ids: Sequence[int]) -> int:
+    """Delete the entries `entry_ids` for good (an operator's choice, not the
+    retention's); how many there were."""
+    deleted: int = _entries().filter(id__in=list(entry_ids)).delete()[0]
+    return deleted
 
 
 def restore(entry_id: int, *, actor: str) -> Restored:
