@@ -9,6 +9,7 @@ returned, so a crash at any point hands the message in hand over again.
 One module a job: `handlers` (loading and checking them, the form each takes),
 `context` (what a handler taking two arguments is told), `policy` (a
 queue's attempts limit, backoff and breaker), `outcomes` (the rules),
+`settling` (what each outcome writes to the row and its history),
 `report` (a message's `Outcome`, the run's `DrainReport`), `delivery` (the
 one loop every path hands messages over through), `options` (what a run is
 asked to do), `locking` (SQLite's one drain per queue), `workers` (forked

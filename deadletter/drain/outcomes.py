@@ -1,35 +1,30 @@
-"""Outcome rules: what a handler's result does to its row (`deliver`); the
-`Outcome` it returns and a run's tally live in `report`. The table of outcomes
-is in docs/drain.md ("What a handler's result does"); this module is its code.
+"""Outcome rules: a message handed to its handler and the handler's result
+turned into an outcome (`deliver`), with the `LastError` it records; what each
+outcome writes to the row and its history is `settling`'s, the `Outcome` and a
+run's tally `report`'s. The table of outcomes is in docs/drain.md ("What a
+handler's result does"); this module and `settling` are its code.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import logging
 import time
-from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
-
-from django.db import DatabaseError, transaction
+from datetime import datetime
 
 from deadletter import queue
+from deadletter.drain import settling
 from deadletter.drain.context import DeliveryContext, context_of
 from deadletter.drain.handlers import Handler
 from deadletter.drain.inflight import Journal
-from deadletter.drain.policy import Policy, held_wait
+from deadletter.drain.policy import Policy
 from deadletter.drain.report import Outcome
+from deadletter.drain.settling import Tried, tried
 from deadletter.drain.timeouts import HandlerTimeout, HungHandlers, call_within
 from deadletter.exceptions import NeedsOperator, PermanentFailure
-from deadletter.queue import archive_write, history, redaction, settlements, tracing
+from deadletter.queue import history, tracing
 from deadletter.queue.archive_write import ACTOR_DRAIN
 from deadletter.queue.claim_transactions import handler_savepoint
 from deadletter.queue.history import AttemptOutcome
-from deadletter.queue.rows import ATTEMPTS_KEY, LAST_ERROR_KEY, DropReason
-from deadletter.queue.settlements import CHANGED, dequeue_claimed
-from deadletter.store import reconnect, sql
-from deadletter.wire import keys
 from deadletter.wire.messages import Message
 
 __all__ = [
@@ -42,8 +37,6 @@ __all__ = [
     "last_error",
     "settle_killed",
 ]
-
-logger = logging.getLogger("deadletter")
 
 LAST_ERROR_LIMIT = history.ERROR_LIMIT
 RETRY_ACTOR = "retry:"
@@ -59,15 +52,6 @@ _NO_SPAN: contextlib.nullcontext[None] = contextlib.nullcontext()
 class HandlerKilled(Exception):
     """The handler's process died while it ran (SIGKILL, the OOM killer): a failed
     attempt, counted by the next drain from the dead process's journal (`inflight`)."""
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class _Try:
-    """One attempt, for its history row: when it began, how long the handler ran, who."""
-
-    at: datetime
-    duration: float | None
-    actor: str
 
 
 def deliver(
@@ -187,63 +171,29 @@ def _deliver(
         if result is not None and not isinstance(result, Message):
             raise TypeError(f"handler returned {type(result).__name__}, not a Message or None")
     except PermanentFailure as exc:
-        error = last_error(exc)
-        logger.warning(
-            "permanent failure queue=%s key=%s error=%s",
-            keys.queue_of(item.key),
-            item.key.hex(),
-            _logged(error, item),
-        )
-        attempt = _tried(ran, actor)
-        return _settle(
-            item,
-            Outcome.PERMANENT,
-            _recorded(
-                item.key,
-                lambda: settlements.drop_msg(
-                    item.key,
-                    item.msg,
-                    DropReason.PERMANENT,
-                    actor=_archive_actor(attempt.actor),
-                    error=error,
-                    handed=item.msg,
-                ),
-                attempt,
-                AttemptOutcome.PERMANENT,
-                error,
-                item.attempts + 1,
-                gone=_gone(item),
-            ),
-            attempt,
-            error,
+        return settling.permanent(
+            item, last_error(exc), tried(ran, actor), archive_actor=_archive_actor(actor)
         )
     except NeedsOperator as exc:
-        return _held(item, exc, policy, _tried(ran, actor))
+        return settling.held(item, held_error(exc), policy, tried(ran, actor))
     except HungHandlers:
         raise
     except Exception as exc:
         if policy is not None:
             max_attempts = policy.max_attempts
         kind = AttemptOutcome.TIMEOUT if isinstance(exc, HandlerTimeout) else AttemptOutcome.FAILED
-        return _failed(item, exc, max_attempts, policy, _tried(ran, actor), kind)
-    failed_before = LAST_ERROR_KEY in item.msg.extra
-    if result is None:
-        if claimed:
-            if dequeue_claimed(item.key) and failed_before:
-                history.forget(sql.connection(), item.key)
-        elif _dequeue_handed(item, failed_before) is CHANGED:
-            _note_changed(item, Outcome.DELIVERED, _tried(ran, actor))
-        return Outcome.DELIVERED
-    remainder = result.replace(queued_at=item.msg.queued_at or result.queued_at)
-    attempt = _tried(ran, actor)
-    if not failed_before:
-        return _settle(
+        return settling.failed(
             item,
-            Outcome.REQUEUED,
-            lambda: settlements.replace_msg(item.key, remainder, handed=item.msg),
-            attempt,
+            last_error(exc),
+            max_attempts,
+            policy,
+            tried(ran, actor),
+            kind,
+            archive_actor=_archive_actor(actor),
         )
-    return _settle(item, Outcome.REQUEUED, lambda: _replace_with_history(item, remainder), attempt)
+    if result is None:
+        return settling.delivered(item, claimed=claimed, ran=ran, actor=actor)
+    return settling.requeued(item, result, tried(ran, actor))
 
 
 def settle_killed(
@@ -256,271 +206,21 @@ def settle_killed(
         f"the handler's process (pid {pid}) died while it ran; SIGKILL or out of memory?"
     )
     max_attempts = policy.max_attempts if policy is not None else None
-    return _failed(item, exc, max_attempts, policy, _Try(at, None, actor), AttemptOutcome.KILLED)
-
-
-def _gone(item: queue.Queued) -> bool | None:
-    """For a drop: None when the queue archives it (its history stays, read by key);
-    else whether it has a history to delete with it (it failed before)."""
-    if archive_write.enabled(keys.queue_of(item.key)):
-        return None
-    return LAST_ERROR_KEY in item.msg.extra
+    return settling.failed(
+        item,
+        last_error(exc),
+        max_attempts,
+        policy,
+        Tried(at, None, actor),
+        AttemptOutcome.KILLED,
+        archive_actor=_archive_actor(actor),
+    )
 
 
 def _archive_actor(actor: str) -> str:
     """Who the archive names for a drop: the user of a retry (`retry:<user>`), else the drain."""
     user = actor.removeprefix(RETRY_ACTOR)
     return user if user != actor and user else ACTOR_DRAIN
-
-
-def _tried(ran: float | None, actor: str) -> _Try:
-    """The attempt that just ended after `ran` seconds."""
-    duration = ran or 0.0
-    return _Try(datetime.now(UTC) - timedelta(seconds=duration), duration, actor)
-
-
-def _recorded(
-    key: bytes,
-    change: Callable[[], object],
-    attempt: _Try,
-    outcome: AttemptOutcome,
-    error: str,
-    attempts: int | None,
-    *,
-    gone: bool | None = None,
-) -> Callable[[], object]:
-    """The row's `change` and, when it found the row, the attempt's history row, in
-    one transaction: the caller's (a claim's) or one of their own. A history row
-    that cannot be written undoes the change (`QueueingError`). `gone` (a drop from
-    a queue whose archive is off: the message leaves for good) deletes the key's
-    history instead when it had one (True), or writes nothing (False)."""
-
-    def write() -> object:
-        connection = sql.connection()
-        with transaction.atomic(using=connection.alias, savepoint=False):
-            changed = change()
-            if changed and gone is not None:
-                try:
-                    if gone:
-                        history.forget(connection, key)
-                except DatabaseError as exc:
-                    logger.exception("could not forget attempts key=%s", key.hex())
-                    raise queue.QueueingError from exc
-            elif changed:
-                try:
-                    history.record_attempt(
-                        connection,
-                        key,
-                        at=attempt.at,
-                        duration=attempt.duration,
-                        outcome=outcome,
-                        error=error,
-                        actor=attempt.actor,
-                        attempts=attempts,
-                    )
-                except DatabaseError as exc:
-                    logger.exception("could not record attempt key=%s", key.hex())
-                    raise queue.QueueingError from exc
-        return changed
-
-    return write
-
-
-def _dequeue_handed(item: queue.Queued, failed_before: bool) -> bool | settlements.Changed:
-    """Delete a delivered row that still holds the message handed over, and, when it
-    had failed before, its history in the same transaction; a database error is
-    logged (the row stays, to be handed over again)."""
-    connection = sql.connection()
-    try:
-        if not failed_before:
-            return settlements.dequeue_handed(item.key, item.msg)
-        with transaction.atomic(using=connection.alias):
-            deleted = settlements.dequeue_handed(item.key, item.msg)
-            if deleted:
-                history.forget(connection, item.key)
-        return deleted
-    except DatabaseError:
-        logger.exception("dequeue failed key=%s", item.key.hex())
-        reconnect.close_if_lost(connection)
-        return False
-
-
-def _replace_with_history(
-    item: queue.Queued, remainder: Message
-) -> bytes | None | settlements.Changed:
-    """`settlements.replace_msg`, the history following the remainder to its new key."""
-    connection = sql.connection()
-    with transaction.atomic(using=connection.alias, savepoint=False):
-        new_key = settlements.replace_msg(item.key, remainder, handed=item.msg)
-        if isinstance(new_key, bytes):
-            try:
-                history.move(connection, item.key, new_key)
-            except DatabaseError as exc:
-                logger.exception("could not move attempts key=%s", item.key.hex())
-                raise queue.QueueingError from exc
-    return new_key
-
-
-def _failed(
-    item: queue.Queued,
-    exc: Exception,
-    max_attempts: int | None,
-    policy: Policy | None,
-    attempt: _Try,
-    kind: AttemptOutcome,
-) -> Outcome:
-    attempts = item.attempts + 1
-    error = last_error(exc)
-    extra = dict(item.msg.extra)
-    extra[ATTEMPTS_KEY] = attempts
-    extra[LAST_ERROR_KEY] = error
-    msg = item.msg.replace(extra=extra)
-    name = keys.queue_of(item.key)
-    if max_attempts is not None and attempts >= max_attempts:
-        logger.warning(
-            "dropping message after max attempts queue=%s key=%s attempts=%s error=%s",
-            name,
-            item.key.hex(),
-            attempts,
-            _logged(error, item),
-        )
-        return _settle(
-            item,
-            Outcome.MAX_ATTEMPTS,
-            _recorded(
-                item.key,
-                lambda: settlements.drop_msg(
-                    item.key,
-                    msg,
-                    DropReason.MAX_ATTEMPTS,
-                    actor=_archive_actor(attempt.actor),
-                    error=error,
-                    handed=item.msg,
-                ),
-                attempt,
-                AttemptOutcome.MAX_ATTEMPTS,
-                error,
-                attempts,
-                gone=_gone(item),
-            ),
-            attempt,
-            error,
-        )
-    wait = policy.wait_seconds(attempts) if policy is not None else None
-    due_at = None if wait is None else datetime.now(UTC) + timedelta(seconds=wait)
-    logger.warning(
-        "delivery failed queue=%s key=%s attempts=%s error=%s due_at=%s",
-        name,
-        item.key.hex(),
-        attempts,
-        _logged(error, item),
-        due_at.isoformat() if due_at is not None else "now",
-    )
-    _settle(
-        item,
-        Outcome.FAILED,
-        _recorded(
-            item.key,
-            lambda: settlements.rewrite_msg(item.key, msg, due_at=due_at, handed=item.msg),
-            attempt,
-            kind,
-            error,
-            attempts,
-        ),
-        attempt,
-        error,
-    )
-    return Outcome.FAILED
-
-
-def _held(item: queue.Queued, exc: NeedsOperator, policy: Policy | None, attempt: _Try) -> Outcome:
-    """Keep the row for an operator: `Attempts` stays as it was, so a message held
-    for days is not dropped by the limit at its first ordinary failure after the fix."""
-    attempts = item.attempts
-    error = held_error(exc)
-    extra = {**item.msg.extra, LAST_ERROR_KEY: error}
-    due_at = datetime.now(UTC) + timedelta(seconds=held_wait(policy, attempts + 1))
-    logger.warning(
-        "message kept for an operator queue=%s key=%s attempts=%s error=%s due_at=%s",
-        keys.queue_of(item.key),
-        item.key.hex(),
-        attempts,
-        _logged(error, item),
-        due_at.isoformat(),
-    )
-    msg = item.msg.replace(extra=extra)
-    return _settle(
-        item,
-        Outcome.HELD,
-        _recorded(
-            item.key,
-            lambda: settlements.rewrite_msg(item.key, msg, due_at=due_at, handed=item.msg),
-            attempt,
-            AttemptOutcome.HELD,
-            error,
-            None,
-        ),
-        attempt,
-        error,
-    )
-
-
-def _settle(
-    item: queue.Queued,
-    outcome: Outcome,
-    write: Callable[[], object],
-    attempt: _Try,
-    error: str = "",
-) -> Outcome:
-    """Apply an outcome's row change; if it cannot be written the row stays as
-    it was, to be handed over again: the message counts as still failed. A row
-    that changed while the handler ran (an edit) is left as it is, with a note."""
-    try:
-        written = write()
-    except queue.QueueingError:
-        logger.exception("could not settle message key=%s outcome=%s", item.key.hex(), outcome)
-        return Outcome.FAILED
-    if written is CHANGED:
-        _note_changed(item, outcome, attempt, error)
-    return outcome
-
-
-def _note_changed(item: queue.Queued, outcome: Outcome, attempt: _Try, error: str = "") -> None:
-    """The message's History says why its attempt changed nothing: the row was
-    edited while the handler ran, so the outcome (of the message as it was) is not
-    applied to the edited one, which waits for the next pass. Logged when it cannot
-    be written: the row is intact either way."""
-    ended = f"{outcome}: {error}" if error else str(outcome)
-    text = (
-        f"Edited while its handler ran; the attempt ({ended}) was of the message as it "
-        "was before the edit and was not applied: the edited message waits for the next pass"
-    )
-    logger.warning(
-        "row changed while its handler ran; left for the next pass queue=%s key=%s outcome=%s",
-        keys.queue_of(item.key),
-        item.key.hex(),
-        outcome,
-    )
-    connection = sql.connection()
-    try:
-        with transaction.atomic(using=connection.alias):
-            history.record_attempt(
-                connection,
-                item.key,
-                at=attempt.at,
-                duration=attempt.duration,
-                outcome=AttemptOutcome.CHANGED,
-                error=text,
-                actor=attempt.actor,
-            )
-    except DatabaseError:
-        logger.exception("could not note the changed row key=%s", item.key.hex())
-
-
-def _logged(error: str, item: queue.Queued) -> str:
-    """An error as the log says it: whoever reads the log may not see what
-    `DEADLETTER_REDACT` masks, so the message's redacted values are masked in it."""
-    return redaction.scrubber(keys.queue_of(item.key), (item.msg,), reveal=False)(error)
 
 
 def last_error(exc: BaseException) -> str:
