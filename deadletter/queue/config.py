@@ -98,7 +98,7 @@ class QueueConfig:
     problems: tuple[PolicyProblem, ...] = ()
 
 
-_cache: dict[str, QueueConfig | None] = {}
+_cache: dict[str, QueueConfig] = {}
 
 
 def _forget(*, setting: str, **kwargs: Any) -> None:
@@ -134,29 +134,27 @@ def queue_configs() -> tuple[QueueConfig, ...]:
 
 def queue_config(name: str) -> QueueConfig | None:
     """Queue `name`'s settings; None when `DEADLETTER_HANDLERS` does not name it."""
-    try:
-        return _cache[name]
-    except KeyError:
+    found = _cache.get(name)
+    if found is None:
         handlers = conf.HANDLERS
-        named = isinstance(handlers, Mapping) and name in handlers
-        found = _cache[name] = config_of(name, handlers[name]) if named else None
-        return found
+        if not isinstance(handlers, Mapping) or name not in handlers:
+            return None  # not kept: clients may make any number of queues
+        found = _cache[name] = config_of(name, handlers[name])
+    return found
 
 
 def config_of(name: str, value: Any) -> QueueConfig:
     """The settings a `DEADLETTER_HANDLERS` entry `value` gives queue `name` (the
     drain's built-in queues have such an entry of their own)."""
+    own_policy = isinstance(value, Mapping)
     problems = tuple(policy_problems(name, value))
     wrong = {p.key for p in problems} - {"alerts"}
-    spec = {
-        key: v
-        for key, v in (value.items() if isinstance(value, Mapping) else [("handler", value)])
-        if key not in wrong
-    }
+    entry: Mapping[str, Any] = value if own_policy else {"handler": value}
+    spec = {key: v for key, v in entry.items() if key not in wrong}
     backoff = spec["backoff"] if "backoff" in spec else _default_backoff()
     return QueueConfig(
         name=name,
-        handler=handler_path(value),
+        handler=entry.get("handler"),
         max_attempts=spec.get("max_attempts", conf.MAX_ATTEMPTS),
         backoff=None if backoff is None else (float(backoff[0]), float(backoff[1])),
         breaker=spec.get("breaker", conf.BREAKER),
@@ -164,7 +162,7 @@ def config_of(name: str, value: Any) -> QueueConfig:
         max_age=spec.get("max_age", conf.MAX_QUEUE_AGE),
         editable=spec.get("editable", False) is True,
         alerts=alerts if isinstance(alerts := spec.get("alerts"), Mapping) else {},
-        own_policy=isinstance(value, Mapping),
+        own_policy=own_policy,
         problems=problems,
     )
 
