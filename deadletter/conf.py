@@ -108,7 +108,8 @@ class Settings:
     @property
     def HANDLERS(self) -> dict[str, Any]:
         """Queue name -> dotted path of the callable that redelivers its messages, or
-        a dict of that path (`"handler"`) and the queue's limits (`drain.policy`)."""
+        a dict of that path (`"handler"`) and the queue's limits; read by
+        `queue.config` alone, which everything else asks."""
         return _read("HANDLERS")
 
     @property
