@@ -53,27 +53,8 @@ def permanent(item: queue.Queued, error: str, attempt: Tried, *, archive_actor: 
         item.key.hex(),
         _logged(error, item),
     )
-    return _settle(
-        item,
-        Outcome.PERMANENT,
-        _recorded(
-            item.key,
-            lambda: settlements.drop_msg(
-                item.key,
-                item.msg,
-                DropReason.PERMANENT,
-                actor=archive_actor,
-                error=error,
-                handed=item.msg,
-            ),
-            attempt,
-            AttemptOutcome.PERMANENT,
-            error,
-            item.attempts + 1,
-            gone=_gone(item),
-        ),
-        attempt,
-        error,
+    return _dropped(
+        item, item.msg, DropReason.PERMANENT, attempt, error, item.attempts + 1, archive_actor
     )
 
 
@@ -133,28 +114,7 @@ def failed(
             attempts,
             _logged(error, item),
         )
-        return _settle(
-            item,
-            Outcome.MAX_ATTEMPTS,
-            _recorded(
-                item.key,
-                lambda: settlements.drop_msg(
-                    item.key,
-                    msg,
-                    DropReason.MAX_ATTEMPTS,
-                    actor=archive_actor,
-                    error=error,
-                    handed=item.msg,
-                ),
-                attempt,
-                AttemptOutcome.MAX_ATTEMPTS,
-                error,
-                attempts,
-                gone=_gone(item),
-            ),
-            attempt,
-            error,
-        )
+        return _dropped(item, msg, DropReason.MAX_ATTEMPTS, attempt, error, attempts, archive_actor)
     wait = policy.wait_seconds(attempts) if policy is not None else None
     due_at = None if wait is None else datetime.now(UTC) + timedelta(seconds=wait)
     logger.warning(
@@ -208,6 +168,44 @@ def held(item: queue.Queued, error: str, policy: Policy | None, attempt: Tried) 
             AttemptOutcome.HELD,
             error,
             None,
+        ),
+        attempt,
+        error,
+    )
+
+
+_DROPS = {
+    DropReason.PERMANENT: (Outcome.PERMANENT, AttemptOutcome.PERMANENT),
+    DropReason.MAX_ATTEMPTS: (Outcome.MAX_ATTEMPTS, AttemptOutcome.MAX_ATTEMPTS),
+}
+"""A drop's outcome and its history row's, by why the message was dropped."""
+
+
+def _dropped(
+    item: queue.Queued,
+    msg: Message,
+    reason: DropReason,
+    attempt: Tried,
+    error: str,
+    attempts: int,
+    archive_actor: str,
+) -> Outcome:
+    """The row dropped, `msg` archived as by `archive_actor` when its queue
+    archives, with the attempt's history row (or the key's history gone with it)."""
+    outcome, kind = _DROPS[reason]
+    return _settle(
+        item,
+        outcome,
+        _recorded(
+            item.key,
+            lambda: settlements.drop_msg(
+                item.key, msg, reason, actor=archive_actor, error=error, handed=item.msg
+            ),
+            attempt,
+            kind,
+            error,
+            attempts,
+            gone=_gone(item),
         ),
         attempt,
         error,
