@@ -135,32 +135,9 @@ def plan_redrive(
     never matches a masked value, in the count or the run."""
     _check_queue(queue, "queue")
     destination = destination or None
-    ramp = _checked_ramp(ramp)
     if destination is not None:
         _check_queue(destination, "destination")
-        if destination == queue:
-            raise RedriveError(f"the destination is the queue itself ({queue!r})", "destination")
-        if not _is_known(destination):
-            raise RedriveError(
-                f"no queue {destination!r} to move into: it holds no message and has no "
-                "handler in DEADLETTER_HANDLERS (a typo would park the messages where "
-                "nothing drains them)",
-                "destination",
-            )
-        for given, option in (
-            (ramp, "ramp"),
-            (stop_after is not None, "stop-after"),
-            (ignore_backoff, "ignore-backoff"),
-        ):
-            if given:
-                raise RedriveError(f"{option} judges handler calls; a move calls no handler")
-    else:
-        try:
-            load_handlers([queue])
-        except DrainConfigError as exc:
-            raise RedriveError(str(exc)) from exc
-    if not _is_known(queue):
-        raise RedriveError(f"no queue {queue!r}: it holds no message and has no handler", "queue")
+    ramp = _checked_ramp(ramp)
     if rate is not None and not (
         isinstance(rate, int | float) and math.isfinite(rate) and rate > 0
     ):
@@ -190,6 +167,31 @@ def plan_redrive(
     if len(started_by) > STARTED_BY_CHARS:
         raise RedriveError(f"started_by is longer than {STARTED_BY_CHARS} characters")
     chosen = redrive_filter(queue, search, after, before, reveal=reveal)
+    # Each value is well formed; now what it names, against the site and its rows.
+    if destination is not None:
+        if destination == queue:
+            raise RedriveError(f"the destination is the queue itself ({queue!r})", "destination")
+        if not _is_known(destination):
+            raise RedriveError(
+                f"no queue {destination!r} to move into: it holds no message and has no "
+                "handler in DEADLETTER_HANDLERS (a typo would park the messages where "
+                "nothing drains them)",
+                "destination",
+            )
+        for given, option in (
+            (ramp, "ramp"),
+            (stop_after is not None, "stop-after"),
+            (ignore_backoff, "ignore-backoff"),
+        ):
+            if given:
+                raise RedriveError(f"{option} judges handler calls; a move calls no handler")
+    else:
+        try:
+            load_handlers([queue])
+        except DrainConfigError as exc:
+            raise RedriveError(str(exc)) from exc
+    if not _is_known(queue):
+        raise RedriveError(f"no queue {queue!r}: it holds no message and has no handler", "queue")
     until = claims.tail_key(queue)
     matched = chosen.count(until=until)
     redrive = Redrive(
