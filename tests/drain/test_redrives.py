@@ -14,8 +14,7 @@ from typing import Any
 import pytest
 
 from deadletter.drain.delivery import Stop
-from deadletter.drain.redrive_run import STALE_AFTER
-from deadletter.drain.redrive_run import RELEASE, run_redrive
+from deadletter.drain.redrive_run import RELEASE, STALE_AFTER, run_redrive
 from deadletter.drain.redrive_turns import resume_redrives
 from deadletter.drain.redrives import RedriveError, cancel_redrive, plan_redrive
 from deadletter.models import QueuedMessage, Redrive
