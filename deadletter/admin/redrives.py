@@ -96,16 +96,17 @@ class RedriveForm(forms.Form):
             raise forms.ValidationError("Whole numbers above 0, separated by commas (1,5,20).")
         return tuple(int(part) for part in parts)
 
-    def plan(self, *, started_by: str, save: bool, reveal: bool = True) -> Redrive | None:
-        """The redrive these values ask for, stored as planned when `save`; None, and
-        the `RedriveError` on its field, for what `plan_redrive` refuses. Without
-        `reveal` its search never matches what `DEADLETTER_REDACT` masks."""
+    def plan(self, user: Any, *, save: bool, reveal: bool = True) -> Redrive | None:
+        """The redrive these values ask for, stored as planned by `user` when `save`;
+        None, and the `RedriveError` on its field, for what `plan_redrive` refuses.
+        Without `reveal` its search never matches what `DEADLETTER_REDACT` masks."""
         try:
             return redrives.plan_redrive(
                 **redrives.inputs(self.cleaned_data),
-                started_by=started_by,
+                started_by=user.get_username(),
                 save=save,
                 reveal=reveal,
+                by=user,
             )
         except redrives.RedriveError as exc:
             self.add_error(exc.field if exc.field in self.fields else None, exc.message)
@@ -223,9 +224,7 @@ class RedriveAdmin(admin.ModelAdmin):
         if form.is_valid():
             confirmed = pressed and not recounted
             planned = form.plan(
-                started_by=request.user.get_username(),
-                save=confirmed,
-                reveal=redaction.reveals(request.user),
+                request.user, save=confirmed, reveal=redaction.reveals(request.user)
             )
             if planned is not None and confirmed:
                 return self._planned(request, planned)
@@ -243,7 +242,6 @@ class RedriveAdmin(admin.ModelAdmin):
         return TemplateResponse(request, "admin/deadletter/redrive/plan.html", context)
 
     def _planned(self, request: HttpRequest, redrive: Redrive) -> HttpResponse:
-        self.log_addition(request, redrive, f"Planned: {_plan_text(redrive)}")
         self.message_user(
             request,
             f"Redrive {redrive.pk} planned: {redrive.matched} message(s); the drain service "
@@ -341,7 +339,7 @@ class RedriveAdmin(admin.ModelAdmin):
 
     @admin.display(description="filter")
     def filter(self, obj: Redrive) -> str:
-        return filter_text(obj)
+        return redrives.filter_text(obj)
 
     @admin.display(description="to")
     def target(self, obj: Redrive) -> str:
@@ -405,20 +403,6 @@ def _fieldsets(form: RedriveForm) -> helpers.AdminForm:
 
 def percent(done: int, matched: int) -> str:
     return f"{100 * done / matched:.0f}%" if matched else "—"
-
-
-def filter_text(redrive: Redrive) -> str:
-    parts = [redrive.search] if redrive.search else []
-    if redrive.after is not None:
-        parts.append(f"first failure from {redrive.after.isoformat()}")
-    if redrive.before is not None:
-        parts.append(f"first failure before {redrive.before.isoformat()}")
-    return "; ".join(parts) or "every message"
-
-
-def _plan_text(redrive: Redrive) -> str:
-    target = f" into queue {redrive.destination}" if redrive.destination else ""
-    return f"{redrive.matched} message(s) of {redrive.queue} ({filter_text(redrive)}){target}"
 
 
 def _back_url(form: RedriveForm) -> str:

@@ -265,18 +265,14 @@ class RedriveList(DeadletterView):
                 started_by=request.user.get_username(),
                 save=not dry_run,
                 reveal=reveals(request.user),
+                by=request.user,
+                note="Planned through the API",
             )
         except redrives.RedriveError as exc:
             raise ValidationError({exc.field or "non_field_errors": [exc.message]}) from None
         shown = RedriveSerializer(redrive, context={"request": request}).data
         if dry_run:
             return Response(shown)
-        redrives.audit(
-            request.user,
-            redrive,
-            "planned",
-            f"Planned through the API: {redrive.matched} message(s)",
-        )
         headers = {"Location": shown["url"]}
         return Response(shown, status=status.HTTP_201_CREATED, headers=headers)
 

@@ -46,6 +46,8 @@ __all__ = [
     "RedriveError",
     "audit",
     "cancel_redrive",
+    "describe",
+    "filter_text",
     "guarded",
     "handled",
     "inputs",
@@ -127,12 +129,15 @@ def plan_redrive(
     started_by: str = "",
     save: bool = True,
     reveal: bool = True,
+    by: Any = None,
+    note: str = "Planned",
 ) -> Redrive:
     """Check a redrive and count what it matches now: a `Redrive` with status
-    planned, stored unless `save` is False (a dry run stores nothing).
-    `RedriveError` names the first problem, before anything is written. Without
-    `reveal` (a planner who may not see what `DEADLETTER_REDACT` masks) its search
-    never matches a masked value, in the count or the run."""
+    planned, stored unless `save` is False (a dry run stores nothing), with the
+    user `by`'s `LogEntry` (`audit`: `note` and what it plans) in the same
+    transaction. `RedriveError` names the first problem, before anything is
+    written. Without `reveal` (a planner who may not see what `DEADLETTER_REDACT`
+    masks) its search never matches a masked value, in the count or the run."""
     _check_queue(queue, "queue")
     destination = destination or None
     if destination is not None:
@@ -214,8 +219,27 @@ def plan_redrive(
         created_at=datetime.now(UTC),
     )
     if save:
-        redrive.save(using=conf.DATABASE)
+        with transaction.atomic(using=conf.DATABASE):
+            redrive.save(using=conf.DATABASE)
+            audit(by, redrive, "planned", f"{note}: {describe(redrive)}")
     return redrive
+
+
+def describe(redrive: Redrive) -> str:
+    """What a redrive plans, in a line: how many messages of which queue, its filter,
+    where to."""
+    target = f" into queue {redrive.destination}" if redrive.destination else ""
+    return f"{redrive.matched} message(s) of {redrive.queue} ({filter_text(redrive)}){target}"
+
+
+def filter_text(redrive: Redrive) -> str:
+    """A redrive's filter in words: its search and its bounds on the first failure."""
+    parts = [redrive.search] if redrive.search else []
+    if redrive.after is not None:
+        parts.append(f"first failure from {redrive.after.isoformat()}")
+    if redrive.before is not None:
+        parts.append(f"first failure before {redrive.before.isoformat()}")
+    return "; ".join(parts) or "every message"
 
 
 def redrive_filter(
@@ -297,9 +321,9 @@ def _checked_ramp(ramp: Sequence[int]) -> list[int]:
 
 
 def audit(user: Any, redrive: Redrive, action: AuditAction, message: str) -> None:
-    """A `LogEntry` naming `user` in the redrive's admin History, for a redrive the
-    command or the API planned or cancelled. None where there is no user (no auth
-    app) or no admin (its log is the admin's model)."""
+    """A `LogEntry` naming `user` in the redrive's admin History, for a redrive
+    planned or cancelled. None where there is no user (the shell's operator, no
+    auth app) or no admin (its log is the admin's model)."""
     if user is None or not apps.is_installed("django.contrib.admin"):
         return
     log_entry: Any = apps.get_model("admin", "LogEntry")

@@ -33,7 +33,6 @@ from typing import Any
 from django.apps import apps
 from django.contrib.auth import get_user_model
 from django.core.management.base import CommandError, CommandParser
-from django.db import transaction
 
 from deadletter.conf import conf
 from deadletter.drain import DrainAborted, SignalGuard, redrives
@@ -235,11 +234,13 @@ class Command(DatabaseCommand):
             redrive = redrives.plan_redrive(
                 **redrives.inputs(options),
                 started_by="" if dry else self._name_of(user),
-                save=False,
+                save=not dry,
                 # A named user who may not see what DEADLETTER_REDACT masks plans a
                 # search that never matches it (a dry run too); the shell's operator
                 # sees everything.
                 reveal=user is None or reveals(user),
+                by=user,
+                note="Started by deadletter_redrive",
             )
         except redrives.RedriveError as exc:
             raise CommandError(exc.message, returncode=2) from exc
@@ -251,14 +252,6 @@ class Command(DatabaseCommand):
                 dry_run=True,
             )
             return
-        with transaction.atomic(using=conf.DATABASE):
-            redrive.save(using=conf.DATABASE)
-            redrives.audit(
-                user,
-                redrive,
-                "planned",
-                f"Started by deadletter_redrive: {self._plan_line(redrive)}",
-            )
         self._say(options, redrive, f"Planned redrive {redrive.pk}: {self._plan_line(redrive)}")
         self._run(options, redrive.pk, resume=False)
 
