@@ -7,8 +7,54 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 from tests.factories import FIXTURES, REPO
+
+# `--quick` loads this profile: a tenth of Hypothesis's 100 examples, and of every count
+# written `N * settings.default.max_examples // 100`; without it, every count as written.
+settings.register_profile("quick", max_examples=10)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--quick",
+        action="store_true",
+        help="the contributor's loop (./dev quick): a tenth of the Hypothesis examples and a "
+        "fast password hasher; every assertion still runs",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The marker beside the profile: both say what `./dev quick` leaves to `./dev test`."""
+    config.addinivalue_line(
+        "markers",
+        "heavy: seconds each (a subprocess, a real terminal, a throttle's window, a leak count): "
+        "./dev test and every CI leg run them, ./dev quick leaves them out",
+    )
+    if config.getoption("quick"):
+        settings.load_profile("quick")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that starts a Django process of its own (`subprocess_env`) is heavy: a second
+    or more each for the child's start alone."""
+    for item in items:
+        if "subprocess_env" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.heavy)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def quick_password_hasher(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Under `--quick`, MD5 hashes the fixtures' passwords: PBKDF2 costs half a second a user
+    on this 2-core machine, and hundreds of admin tests make one. The full run keeps PBKDF2."""
+    if not request.config.getoption("quick"):
+        yield
+        return
+    from django.test import override_settings
+
+    with override_settings(PASSWORD_HASHERS=["django.contrib.auth.hashers.MD5PasswordHasher"]):
+        yield
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -342,6 +342,7 @@ def test_manage_py_check_reports_w004(settings: Any) -> None:
     assert "deadletter.W004" in err.getvalue()
 
 
+@pytest.mark.heavy
 def test_manage_py_check_reports_the_sqlite_checks_with_database_and_the_api_always(
     tmp_path: Path,
 ) -> None:

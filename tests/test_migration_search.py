@@ -36,7 +36,7 @@ def frozen_fields() -> set[str]:
     return {f.casefold() for f in frozen.NOT_TEXT}
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300 * settings.default.max_examples // 100, deadline=None)
 @given(
     st.lists(
         st.tuples(messages, EXTRA).map(lambda pair: pair[0].replace(extra=pair[1])), max_size=3

@@ -194,7 +194,7 @@ def go_maps(draw: st.DrawFn) -> dict[str, object]:
     return item
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300 * settings.default.max_examples // 100, deadline=None)
 @given(
     st.lists(messages, max_size=3).map(codec.encode)
     | st.lists(go_maps(), max_size=3).map(cbor2.dumps)

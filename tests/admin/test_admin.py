@@ -610,7 +610,7 @@ def test_drain_and_purge_are_refused_without_the_permission(client, django_user_
 
 # A fresh client and row per example, so the function-scoped db fixture is safe.
 RENDERING = hypothesis.settings(
-    max_examples=60,
+    max_examples=60 * hypothesis.settings.default.max_examples // 100,
     deadline=None,
     suppress_health_check=[
         hypothesis.HealthCheck.function_scoped_fixture,

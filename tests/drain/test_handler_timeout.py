@@ -207,6 +207,7 @@ def test_e011_a_time_budget_must_be_seconds_of_at_least_zero(
     assert f"DEADLETTER_{name}" in error.msg
 
 
+@pytest.mark.heavy
 def test_manage_py_check_reports_the_time_limit_checks(tmp_path: Path) -> None:
     (tmp_path / "bad_limits.py").write_text(
         "from project.settings import *  # noqa: F403\n"

@@ -456,7 +456,7 @@ def fresh_copy(item: dict[str, Any]) -> dict[str, Any]:
     return {key: list(value) if type(value) is list else value for key, value in item.items()}
 
 
-@settings(max_examples=1000, deadline=None)
+@settings(max_examples=1000 * settings.default.max_examples // 100, deadline=None)
 @given(st.lists(field_values, min_size=8, max_size=8))
 def test_gos_own_shape_decodes_as_the_generic_path_does(values: list[Any]) -> None:
     item = dict(zip(FIELD_NAMES, values, strict=True))
@@ -471,7 +471,7 @@ plausible_list = st.none() | st.lists(st.text(max_size=3) | st.none(), max_size=
 plausible_code = st.integers(-(2**63), 2**63 - 1) | st.sampled_from([0, 3, 4, 5, None])
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=500 * settings.default.max_examples // 100, deadline=None)
 @given(
     st.tuples(
         plausible_time,
@@ -873,13 +873,13 @@ def only_codec_error(value: bytes) -> None:
         assert streamed == msgs
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=400 * settings.default.max_examples // 100, deadline=None)
 @given(st.binary(max_size=300))
 def test_arbitrary_bytes_decode_or_raise_codec_error(value: bytes) -> None:
     only_codec_error(value)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300 * settings.default.max_examples // 100, deadline=None)
 @given(st.binary(max_size=60).map(lambda tail: b"\x81\xa1" + tail))
 def test_arbitrary_bytes_inside_a_message_decode_or_raise_codec_error(value: bytes) -> None:
     only_codec_error(value)
@@ -913,7 +913,11 @@ def mutate(value: bytes, steps: list[tuple[str, int, int]]) -> bytes:
     return bytes(data)
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=400 * settings.default.max_examples // 100,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 @given(st.sampled_from(FIXTURE_VALUES), st.lists(mutation, min_size=1, max_size=4))
 def test_mutated_go_values_decode_or_raise_codec_error(
     value: bytes, steps: list[tuple[str, int, int]]
@@ -969,7 +973,7 @@ messages = st.builds(
 )
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=100 * settings.default.max_examples // 100, deadline=None)
 @given(st.lists(messages, max_size=4))
 def test_decoding_what_encode_wrote_gives_the_same_messages(msgs: list[Message]) -> None:
     written = encode(msgs)
@@ -977,7 +981,7 @@ def test_decoding_what_encode_wrote_gives_the_same_messages(msgs: list[Message])
     assert list(iter_decode(written)) == msgs
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=100 * settings.default.max_examples // 100, deadline=None)
 @given(st.lists(messages, max_size=4))
 def test_reencoding_decoded_bytes_gives_the_same_bytes(msgs: list[Message]) -> None:
     written = encode(msgs)

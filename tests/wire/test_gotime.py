@@ -260,7 +260,7 @@ instants = st.one_of(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300 * settings.default.max_examples // 100, deadline=None)
 @given(instants, offsets)
 def test_parse_reads_back_every_time_format_writes(unix_ns: int, offset: int) -> None:
     t = GoTime.from_unix_ns(unix_ns, offset)
@@ -269,7 +269,7 @@ def test_parse_reads_back_every_time_format_writes(unix_ns: int, offset: int) ->
     assert (back.unix_ns, back.offset) == (t.unix_ns, t.offset)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300 * settings.default.max_examples // 100, deadline=None)
 @given(
     st.datetimes(
         min_value=datetime(1, 1, 2),
@@ -338,7 +338,7 @@ def strict_reading(text: str) -> tuple[int, int] | None:
     return t.unix_ns, t.offset
 
 
-@settings(max_examples=1000, deadline=None)
+@settings(max_examples=1000 * settings.default.max_examples // 100, deadline=None)
 @given(near_go_text())
 def test_parse_accepts_and_reads_exactly_what_the_full_parser_does(text: str) -> None:
     expected = strict_reading(text)

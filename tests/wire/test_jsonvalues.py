@@ -104,7 +104,7 @@ def test_a_malformed_form_is_refused_with_a_reason(bad: Any) -> None:
 
 @pytest.mark.django_db(transaction=True)
 @settings(
-    max_examples=150,
+    max_examples=150 * settings.default.max_examples // 100,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )

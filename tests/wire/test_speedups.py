@@ -166,7 +166,7 @@ def test_anything_but_gos_exact_shape_is_left_to_the_python_code(
     assert speedups.go_message(item) is None
 
 
-@settings(max_examples=2000, deadline=None)
+@settings(max_examples=2000 * settings.default.max_examples // 100, deadline=None)
 @given(st.lists(field_values, min_size=8, max_size=8))
 def test_any_field_values_read_by_c_read_the_same_in_python(values: list[Any]) -> None:
     speedups = _import_speedups()
@@ -192,7 +192,7 @@ near_canonical_times = st.builds(
 )
 
 
-@settings(max_examples=3000, deadline=None)
+@settings(max_examples=3000 * settings.default.max_examples // 100, deadline=None)
 @given(near_canonical_times)
 def test_a_time_is_read_by_c_exactly_when_the_python_code_reads_it_as_canonical(
     text: str,
@@ -200,7 +200,7 @@ def test_a_time_is_read_by_c_exactly_when_the_python_code_reads_it_as_canonical(
     assert read_time_by_c(_import_speedups(), text) == expected_time(text)
 
 
-@settings(max_examples=1000, deadline=None)
+@settings(max_examples=1000 * settings.default.max_examples // 100, deadline=None)
 @given(
     near_canonical_times.flatmap(
         lambda text: st.tuples(st.integers(0, len(text)), st.characters(codec="utf-8")).map(
@@ -232,6 +232,7 @@ def test_the_edges_of_the_c_time_range_read_as_python_reads_them(
     assert read_time_by_c(speedups, text) == expected_time(text)
 
 
+@pytest.mark.heavy
 def test_reading_and_writing_leak_no_objects(speedups: ModuleType) -> None:
     item = wire_map(
         Timestamp="2026-11-29T15:47:12.123456789+01:00",
@@ -436,14 +437,14 @@ message_values = st.builds(
 )
 
 
-@settings(max_examples=2000, deadline=None)
+@settings(max_examples=2000 * settings.default.max_examples // 100, deadline=None)
 @given(message_values)
 def test_any_message_written_by_c_is_written_the_same_by_python(msg: Message) -> None:
     written = _import_speedups().go_encode(msg)
     assert written is None or written == written_by_python(msg)
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=500 * settings.default.max_examples // 100, deadline=None)
 @given(message_values)
 def test_a_message_go_could_have_written_is_written_by_c(msg: Message) -> None:
     shaped = (
@@ -503,7 +504,7 @@ def _formats(time: GoTime) -> bool:
 # --- messages of the user's own shape: Go's eight keys, then keys of its own ------------
 
 
-@settings(max_examples=2000, deadline=None)
+@settings(max_examples=2000 * settings.default.max_examples // 100, deadline=None)
 @given(
     st.lists(field_values, min_size=8, max_size=8),
     st.dictionaries(user_keys, plain_values, max_size=4),
@@ -544,7 +545,7 @@ def test_a_typical_users_message_is_written_and_read_back_by_c(speedups: ModuleT
         assert read.code is EventCode.EXAM
 
 
-@settings(max_examples=1000, deadline=None)
+@settings(max_examples=1000 * settings.default.max_examples // 100, deadline=None)
 @given(st.dictionaries(user_keys, plain_values, max_size=5), st.randoms())
 def test_plain_values_in_any_key_order_are_written_by_c_as_cbor2_writes_them(
     own: dict[str, Any], random: Any
@@ -592,7 +593,7 @@ def test_go_written_rows_are_read_off_their_bytes_by_c(speedups: ModuleType) -> 
     assert [codec.decode_single(value) for value in per_message] == by_c
 
 
-@settings(max_examples=2000, deadline=None)
+@settings(max_examples=2000 * settings.default.max_examples // 100, deadline=None)
 @given(message_values)
 def test_a_message_go_could_have_written_is_read_off_its_bytes_by_c_as_python_reads_it(
     msg: Message,
@@ -614,7 +615,7 @@ def test_a_message_go_could_have_written_is_read_off_its_bytes_by_c_as_python_re
         assert by_c is not None
 
 
-@settings(max_examples=2000, deadline=None)
+@settings(max_examples=2000 * settings.default.max_examples // 100, deadline=None)
 @given(
     st.lists(field_values, min_size=8, max_size=8),
     st.dictionaries(user_keys, plain_values, max_size=4),
@@ -629,7 +630,7 @@ def test_any_map_cbor2_writes_is_read_off_its_bytes_by_c_as_python_reads_it(
     assert by_c is None or by_c == python_reading_of(value)
 
 
-@settings(max_examples=3000, deadline=None)
+@settings(max_examples=3000 * settings.default.max_examples // 100, deadline=None)
 @given(message_values, st.data())
 def test_a_damaged_row_is_read_by_c_only_as_python_reads_it(msg: Message, data: Any) -> None:
     """Bytes flipped, cut out or put in anywhere: the C reading never says

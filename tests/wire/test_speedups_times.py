@@ -61,7 +61,7 @@ offsets = st.one_of(
 )
 
 
-@settings(max_examples=3000, deadline=None)
+@settings(max_examples=3000 * settings.default.max_examples // 100, deadline=None)
 @given(instants, offsets)
 def test_a_time_formatted_by_c_is_the_text_python_writes(unix_ns: int, offset: int) -> None:
     text = _import_speedups().format_time(unix_ns, offset)
@@ -69,7 +69,7 @@ def test_a_time_formatted_by_c_is_the_text_python_writes(unix_ns: int, offset: i
         assert text == by_python(lambda: gotime._format(unix_ns, offset))
 
 
-@settings(max_examples=3000, deadline=None)
+@settings(max_examples=3000 * settings.default.max_examples // 100, deadline=None)
 @given(instants, offsets)
 def test_a_time_made_by_c_is_the_one_the_python_code_makes(unix_ns: int, offset: int) -> None:
     made = _import_speedups().go_time(unix_ns, offset)
@@ -77,7 +77,7 @@ def test_a_time_made_by_c_is_the_one_the_python_code_makes(unix_ns: int, offset:
         assert described(made) == described(by_python(lambda: GoTime.from_unix_ns(unix_ns, offset)))
 
 
-@settings(max_examples=3000, deadline=None)
+@settings(max_examples=3000 * settings.default.max_examples // 100, deadline=None)
 @given(near_canonical_times)
 def test_a_time_read_by_c_is_the_one_the_python_code_reads(text: str) -> None:
     made = _import_speedups().parse_time(text)
@@ -127,7 +127,7 @@ stamps = st.one_of(
 )
 
 
-@settings(max_examples=1000, deadline=None)
+@settings(max_examples=1000 * settings.default.max_examples // 100, deadline=None)
 @given(stamps)
 def test_a_message_stamped_by_c_is_written_as_python_writes_it_stamped(stamp: int) -> None:
     msg = Message(subject="s", username="u", descriptions=["a"], extra={"endpoint": "x"})
