@@ -6,14 +6,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import hypothesis
 import pytest
-from hypothesis import settings
 
 from tests.factories import FIXTURES, REPO
 
 # `--quick` loads this profile: a tenth of Hypothesis's 100 examples, and of every count
 # written `N * settings.default.max_examples // 100`; without it, every count as written.
-settings.register_profile("quick", max_examples=10)
+hypothesis.settings.register_profile("quick", max_examples=10)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -29,11 +29,11 @@ def pytest_configure(config: pytest.Config) -> None:
     """The marker beside the profile: both say what `./dev quick` leaves to `./dev test`."""
     config.addinivalue_line(
         "markers",
-        "heavy: seconds each (a subprocess, a real terminal, a throttle's window, a leak count): "
-        "./dev test and every CI leg run them, ./dev quick leaves them out",
+        "heavy: seconds each (a child process, a real terminal, a leak count): ./dev test and "
+        "every CI leg run them, ./dev quick leaves them out",
     )
     if config.getoption("quick"):
-        settings.load_profile("quick")
+        hypothesis.settings.load_profile("quick")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
