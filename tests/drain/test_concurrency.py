@@ -27,6 +27,8 @@ from deadletter.drain import (
     serve,
 )
 from deadletter.drain.concurrency import MAX_CONCURRENCY
+from deadletter.models import ArchivedMessage
+from deadletter.wire import codec
 from deadletter.wire.messages import Message
 from tests.drain.drain_harness import Drain, kill_once_recorded, recorded
 from tests.factories import park, parked, parked_messages
@@ -314,7 +316,8 @@ def test_sigkill_during_a_concurrent_drain_loses_nothing(
     subprocess_env: dict[str, str], tmp_path: Path
 ) -> None:
     """10 drains with four messages in hand, each killed with SIGKILL at a random
-    point, then drains to the end: every delivery is recorded, the queue is empty,
+    point, then drains to the end: every message is recorded delivered or set aside
+    as killed, the queue is empty,
     and a kill delivers again at most the four messages it caught in hand (their
     handlers had recorded them, their rows were not settled yet)."""
     seed = int(os.environ.get("DRAIN_CRASH_SEED", time.time_ns()))
@@ -344,8 +347,16 @@ def test_sigkill_during_a_concurrent_drain_loses_nothing(
         assert Drain(subprocess_env, tmp_path, "--concurrency", "4").wait() == 0
     deliveries = Counter(recorded(record))
     assert parked() == []
-    assert set(deliveries) == expected
+    assert set(deliveries) | set_aside_as_killed("q") == expected, f"seed={seed}"
     assert sum(n - 1 for n in deliveries.values()) <= 4 * kills, deliveries.most_common(5)
+
+
+def set_aside_as_killed(queue: str) -> set[str]:
+    """What the poison rule archived as `killed`, as the record names it: a message a
+    kill caught in hand `DEADLETTER_MAX_KILLS` times is set aside, not lost (a kill
+    right after a drain starts can catch the head of the queue again and again)."""
+    entries = ArchivedMessage.objects.filter(queue=queue, reason=ArchivedMessage.Reason.KILLED)
+    return {f"{m.subject}:-" for entry in entries for m in codec.decode(bytes(entry.value))}
 
 
 def wait_for(condition: Callable[[], bool], seconds: float = 30) -> None:

@@ -243,7 +243,7 @@ class Command(DatabaseCommand):
                 note="Started by deadletter_redrive",
             )
         except redrives.RedriveError as exc:
-            raise CommandError(exc.message, returncode=2) from exc
+            raise _refused(exc) from exc
         if dry:
             self._say(
                 options,
@@ -296,7 +296,7 @@ class Command(DatabaseCommand):
 
                 redrive = run_redrive(redrive_id, on_progress=progress, stop=stop, resume=resume)
         except redrives.RedriveError as exc:
-            raise CommandError(exc.message, returncode=2) from exc
+            raise _refused(exc) from exc
         except DrainAborted as exc:
             raise CommandError(
                 f"aborted by a second {exc.signame}; the message in hand stays queued; "
@@ -319,7 +319,7 @@ class Command(DatabaseCommand):
                 options["cancel"], by=user, note="Cancelled by deadletter_redrive"
             )
         except redrives.RedriveError as exc:
-            raise CommandError(exc.message, returncode=2) from exc
+            raise _refused(exc) from exc
         self._say(
             options,
             redrive,
@@ -426,3 +426,12 @@ def _as_dict(redrive: Redrive) -> dict[str, Any]:
         "started_at": when(redrive.started_at),
         "finished_at": when(redrive.finished_at),
     }
+
+
+def _refused(exc: redrives.RedriveError) -> CommandError:
+    """The planner's refusal in argparse's words where it names an input (`argument
+    --to: ...`), so a command line reads the same whichever rule refused it."""
+    if exc.field is None:
+        return CommandError(exc.message, returncode=2)
+    option = "--to" if exc.field == "destination" else "--" + exc.field.replace("_", "-")
+    return CommandError(f"argument {option}: {exc.message}", returncode=2)
