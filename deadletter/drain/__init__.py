@@ -10,20 +10,20 @@ One module a job: `handlers` (loading and checking them, the form each takes),
 `context` (what a handler taking two arguments is told), `policy` (a
 queue's attempts limit, backoff and breaker), `outcomes` (the rules),
 `settling` (what each outcome writes to the row and its history),
-`report` (a message's `Outcome`, the run's `DrainReport`), `delivery` (the
-one loop every path hands messages over through), `options` (what a run is
-asked to do), `locking` (SQLite's one drain per queue), `workers` (forked
-workers on PostgreSQL and MySQL/MariaDB), `run` (the `Drainer`, one pass),
-`concurrency` (the threads that keep several messages in hand), `service`
-(pass after pass, `--forever`), `stopping` (signals), `timeouts` (handlers
-under a time limit), `retry` (`redeliver`, the admin's "retry these": the loop
-fed by keys),
-`redrives` (a stored redrive planned, cancelled and audited), `redrive_match`
-(the keys its filter matches), `redrive_claim` (this process its runner: the
-claim, the watcher's heartbeat and cancel, a gone runner), `redrive_walk` (the
-keys a run walks and its cursor), `redrive_run` (one redrive run through the
-same loop), `redrive_turns` (unfinished ones resumed, the service's turns) and
-`web` (views outside the request's transaction).
+`report` (a message's `Outcome`, the run's `DrainReport`), `errors` (a bad
+configuration, a held queue, an abort), `delivery` (the one loop every path
+hands messages over through), `options` (what a run is asked to do),
+`locking` (SQLite's one drain per queue), `workers` (forked workers on
+PostgreSQL and MySQL/MariaDB), `run` (the `Drainer`, one pass), `concurrency`
+(the threads that keep several messages in hand), `service` (pass after pass,
+`--forever`), `stopping` (signals), `timeouts` (handlers under a time limit),
+`inflight` and `kills` (the keys a process's handlers hold, and the attempts
+of a process that died holding them), `retry` (`redeliver`, the admin's
+"retry these": the loop fed by keys), `redrives` (a redrive planned, matched,
+cancelled and audited, its rules in one place for every edge), `redrive_run`
+(one redrive run here: the claim, the watcher, the walk and its cursor, through
+the same loop), `redrive_turns` (unfinished ones resumed, the service's turns)
+and `web` (views outside the request's transaction).
 
 The package exports only what a project's code and the edges call
 (docs/python-api.md, docs/drain.md); the rest is imported from the module
