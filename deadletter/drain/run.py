@@ -272,7 +272,7 @@ class Drainer:
         self._cursors = worker.cursors
         self._budget = worker.budget
         try:
-            with SignalGuard(self, (signal.SIGTERM,), grace=self.options.grace):
+            with SignalGuard(self.stop, (signal.SIGTERM,), grace=self.options.grace):
                 try:
                     self._drain_queues(self._delivery(report))
                 except DrainAborted as exc:

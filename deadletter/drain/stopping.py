@@ -7,9 +7,9 @@ import logging
 import os
 import signal
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import FrameType
-from typing import Any, Protocol
+from typing import Any
 
 from deadletter.drain.errors import DrainAborted
 
@@ -22,15 +22,12 @@ DEFAULT_GRACE = 10.0
 EXIT_AFTER_ABORT = 5.0
 
 
-class Stoppable(Protocol):
-    def stop(self, reason: str = ...) -> None: ...
-
-
 class SignalGuard:
-    """SIGINT/SIGTERM for a drain: the first stops it after the message in hand,
-    the second raises `DrainAborted` at once (the row in hand stays queued), a
-    third exits on the spot in case a handler swallowed the second. Installs
-    itself only in the main thread, where Python delivers signals.
+    """SIGINT/SIGTERM for a drain: the first calls `stop` with the signal's name (the
+    drain stops after the message in hand), the second raises `DrainAborted` at once
+    (the row in hand stays queued), a third exits on the spot in case a handler
+    swallowed the second. Installs itself only in the main thread, where Python
+    delivers signals.
 
     With `grace` (seconds), a message in hand that is not settled that long
     after the first signal is treated as if the second had come: the drain
@@ -42,12 +39,12 @@ class SignalGuard:
 
     def __init__(
         self,
-        drainer: Stoppable,
+        stop: Callable[[str], None],
         signums: Sequence[int] = (signal.SIGINT, signal.SIGTERM),
         *,
         grace: float | None = None,
     ) -> None:
-        self.drainer = drainer
+        self.stop = stop
         self.signums = tuple(signums)
         self.grace = grace
         self.received = 0
@@ -75,7 +72,7 @@ class SignalGuard:
             logger.warning(
                 "drain stopping after the message in hand signal=%s grace=%s", name, self.grace
             )
-            self.drainer.stop(name)
+            self.stop(name)
             self._start_grace(signum)
             return
         if self.received == 2:

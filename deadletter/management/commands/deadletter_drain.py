@@ -241,7 +241,7 @@ class Command(DatabaseCommand):
         """One pass, its summary, and the exit status it earned."""
         fmt = options["format"]
         try:
-            with self._progress(drainer, bar), SignalGuard(clock, grace=options["grace"]):
+            with self._progress(drainer, bar), SignalGuard(clock.stop, grace=options["grace"]):
                 report = drainer.run()
         except (DrainLocked, DrainConfigError) as exc:
             raise CommandError(str(exc), returncode=2) from exc
@@ -307,7 +307,7 @@ class Command(DatabaseCommand):
                 self._warn_unhandled(drainer)
 
         try:
-            with SignalGuard(clock, grace=options["grace"]):
+            with SignalGuard(clock.stop, grace=options["grace"]):
                 done = serve(drainer, interval=interval, on_pass=each)
         except (DrainLocked, DrainConfigError) as exc:
             raise CommandError(str(exc), returncode=2) from exc

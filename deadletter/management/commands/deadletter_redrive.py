@@ -81,16 +81,6 @@ def percent(text: str) -> float:
         raise argparse.ArgumentTypeError(f"not a percentage: {text!r}") from None
 
 
-class _Stopper:
-    """What `SignalGuard` stops: the run's `Stop`."""
-
-    def __init__(self, stop: Stop) -> None:
-        self._stop = stop
-
-    def stop(self, reason: str = "stop") -> None:
-        self._stop(reason)
-
-
 class Command(DatabaseCommand):
     help = (
         "Redrive the messages of a queue a search matches: counted first (the plan), then "
@@ -263,7 +253,7 @@ class Command(DatabaseCommand):
             self._run(options, options["resume"], resume=True)
             return
         stop = Stop()
-        with SignalGuard(_Stopper(stop)):
+        with SignalGuard(stop):
             done = resume_redrives(stop=stop)
         for redrive in done:
             self._say(options, redrive, self._result_line(redrive))
@@ -284,7 +274,7 @@ class Command(DatabaseCommand):
                 progress_bar(
                     self.stderr, total=total, desc=f"redrive {redrive_id}", enabled=enabled
                 ) as update,
-                SignalGuard(_Stopper(stop)),
+                SignalGuard(stop),
             ):
 
                 def progress(redrive: Redrive) -> None:
