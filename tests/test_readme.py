@@ -31,6 +31,7 @@ FRONT = [
     "integrations.md",
     "api.md",
     "reliability.md",
+    "contributing.md",
 ]
 CHECKOUT = "/path/to/deadletter"
 # The README is the front page: what the app is, the install, a tour, the settings, scaling out.
