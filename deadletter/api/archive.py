@@ -27,8 +27,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from deadletter import drain
-from deadletter.api.access import DeadletterView, openapi, require, scope
+from deadletter.api.base import DeadletterView, openapi
 from deadletter.api.fields import NO_NUL, KeyField, QueueNameField, TextField, query_data
+from deadletter.api.permissions import require, scope
 from deadletter.api.serializers import (
     DEFAULT_PAGE_SIZE,
     MAX_PAGE_SIZE,

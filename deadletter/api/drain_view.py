@@ -9,7 +9,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from deadletter import drain
-from deadletter.api.access import DRAIN, DeadletterView, ParsedBody, openapi, require
+from deadletter.api.base import DeadletterView, openapi
+from deadletter.api.parsers import ParsedBody
+from deadletter.api.permissions import DRAIN, require
 from deadletter.api.serializers import (
     DrainReportSerializer,
     DrainRequestSerializer,

@@ -22,8 +22,10 @@ from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from deadletter.api.access import DeadletterView, ParsedBody, openapi, require, scope
+from deadletter.api.base import DeadletterView, openapi
 from deadletter.api.fields import Int64Field, QueueNameField, TextField, query_data
+from deadletter.api.parsers import ParsedBody
+from deadletter.api.permissions import require, scope
 from deadletter.api.serializers import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, ErrorSerializer
 from deadletter.api.views import BAD, REFUSALS
 from deadletter.conf import conf

@@ -22,17 +22,10 @@ from rest_framework.response import Response
 
 from deadletter import drain, queue
 from deadletter.api import edits
-from deadletter.api.access import (
-    ADD,
-    DELETE,
-    DeadletterView,
-    ParsedBody,
-    ServiceUnavailable,
-    openapi,
-    require,
-    scope,
-)
+from deadletter.api.base import DeadletterView, ServiceUnavailable, openapi
 from deadletter.api.fields import KEY_PATTERN, query_data
+from deadletter.api.parsers import ParsedBody
+from deadletter.api.permissions import ADD, DELETE, require, scope
 from deadletter.api.serializers import (
     ErrorSerializer,
     MessageRowSerializer,
