@@ -32,6 +32,7 @@ from deadletter.models import QueuedMessage, Redrive
 from deadletter.queue import claims, search
 from deadletter.queue.access import Scope
 from deadletter.queue.config import queue_config
+from deadletter.queue.refusals import Refused
 from deadletter.wire import keys
 
 __all__ = [
@@ -91,15 +92,10 @@ AUDIT_FLAGS: dict[AuditAction, int] = {"planned": 1, "cancelled": 2}
 where the admin is not installed)."""
 
 
-class RedriveError(ValueError):
+class RedriveError(Refused):
     """A redrive that cannot be planned, run or cancelled as asked: `message` says
     why, for an operator; `field` is the input it is about (one of `INPUTS`), None
     when it is no one input's (the site's handlers, a combination, the row's state)."""
-
-    def __init__(self, message: str, field: str | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.field = field
 
 
 def inputs(values: Mapping[str, Any]) -> dict[str, Any]:
